@@ -1,0 +1,34 @@
+# The README's commands. Each target does its own set-up on a fresh machine.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: install test demo bench lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e . --group dev
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## make test: install everything, then run the whole suite against real PostgreSQL.
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+## make demo: install, migrate, enqueue a skewed workload, run workers, show fairness.
+demo: $(STAMP)
+	$(PY) example_project/demo.py $(DEMO_ARGS)
+
+## make bench: the benchmark table (bench/README.md).
+bench: $(STAMP)
+	$(PY) -m bench $(BENCH_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check django_lonnymq tests example_project bench
+	$(VENV)/bin/ruff format --check django_lonnymq
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,35 @@
+"""django-lonnymq: a fair, multi-tenant message queue in the PostgreSQL you already have.
+
+Names are imported lazily so that ``django_lonnymq.spark`` (which runs on Spark executors)
+can be imported without importing Django.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+__all__ = ["Discard", "Item", "Message", "Retry", "enqueue", "enqueue_many", "handler"]
+
+_PUBLIC = {
+    "Discard": "exceptions",
+    "Retry": "exceptions",
+    "Item": "api",
+    "enqueue": "api",
+    "enqueue_many": "api",
+    "Message": "message",
+    "handler": "registry",
+}
+
+if TYPE_CHECKING:
+    from .api import Item, enqueue, enqueue_many
+    from .exceptions import Discard, Retry
+    from .message import Message
+    from .registry import handler
+
+
+def __getattr__(name: str) -> Any:
+    if name in _PUBLIC:
+        return getattr(import_module(f".{_PUBLIC[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,364 @@
+"""Enqueue and operate on the queue: each call is one SQL function call on ``connections[using]``.
+
+Enqueue runs on the caller's connection, so inside ``transaction.atomic()`` the message
+commits or rolls back with the caller's rows.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.db import connections
+from django.utils import timezone
+
+from . import sql
+from .conf import settings, to_ms
+from .exceptions import InvalidArgument, PayloadError, PriorityWithSchedule, sql_errors
+
+_UNSET: Any = object()
+
+
+@dataclass(frozen=True)
+class Item:
+    """One message for :func:`enqueue_many`; unset fields take the call's defaults."""
+
+    payload: Any
+    channel: str | None = None
+    run_at: datetime | None = None
+    delay: timedelta | float | None = None
+    priority: int | None = None
+    dedup_key: str | None = None
+    max_attempts: int | None = None
+
+
+# ---------------------------------------------------------------------------------------
+# Validation: clear errors in Python before anything reaches the database
+# ---------------------------------------------------------------------------------------
+
+
+def _name(field: str, value: Any, max_length: int) -> str:
+    if not isinstance(value, str):
+        raise InvalidArgument(field, "must be a string", value)
+    if not 1 <= len(value) <= max_length:
+        raise InvalidArgument(field, f"must be 1 to {max_length} characters", value)
+    return value
+
+
+def _payload(value: Any, field: str = "payload") -> str:
+    try:
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(
+            field, "must be JSON-serializable", type(value).__name__, message=f"{field} must be JSON-serializable: {exc}"
+        ) from exc
+    if "\\u0000" in text:
+        raise PayloadError(field, "must not contain NUL characters (PostgreSQL jsonb refuses them)", "\\u0000")
+    limit = settings.MAX_PAYLOAD_BYTES
+    size = len(text.encode("utf-8"))
+    if size > limit:
+        raise PayloadError(
+            field,
+            f"must be at most {limit} bytes as JSON (LONNYMQ_MAX_PAYLOAD_BYTES)",
+            size,
+            message=f"{field} is {size} bytes as JSON, more than LONNYMQ_MAX_PAYLOAD_BYTES={limit}",
+        )
+    return text
+
+
+def _int(field: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(field, "must be an integer", value)
+    if not low <= value <= high:
+        raise InvalidArgument(field, f"must be between {low} and {high}", value)
+    return value
+
+
+def _duration_ms(field: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (timedelta, int, float)):
+        raise InvalidArgument(field, "must be a timedelta or a number of seconds", value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidArgument(field, "must be finite", value)
+    ms = to_ms(value)
+    if ms < 0:
+        raise InvalidArgument(field, "must not be negative", value)
+    return ms
+
+
+def _epoch_ms(field: str, value: Any) -> int:
+    if not isinstance(value, datetime):
+        raise InvalidArgument(field, "must be a datetime", value)
+    if timezone.is_naive(value):
+        if getattr(django_settings, "USE_TZ", True):
+            raise InvalidArgument(
+                field,
+                "must be timezone-aware when USE_TZ is on (use django.utils.timezone.now() or make_aware())",
+                value,
+            )
+        value = timezone.make_aware(value, timezone.get_default_timezone())
+    return int(value.timestamp() * 1000)
+
+
+def _when(run_at: Any, delay: Any, priority: int) -> tuple[int | None, int | None]:
+    if run_at is not None and delay is not None:
+        raise InvalidArgument("run_at", "cannot be combined with delay", run_at)
+    run_at_ms = _epoch_ms("run_at", run_at) if run_at is not None else None
+    delay_ms = _duration_ms("delay", delay) if delay is not None else None
+    if priority > 0:
+        now_ms = int(timezone.now().timestamp() * 1000)
+        if (delay_ms or 0) > 0 or (run_at_ms is not None and run_at_ms > now_ms):
+            raise PriorityWithSchedule(
+                "priority",
+                "cannot be combined with a future run time",
+                priority,
+                message=f"priority {priority} cannot be combined with a future run time: "
+                "priority moves a message earlier, a scheduled message has no earlier slot",
+            )
+    return run_at_ms, delay_ms
+
+
+def _alias(using: str | None) -> str:
+    return using or settings.DATABASE
+
+
+def _common() -> dict[str, int]:
+    return {
+        "priority_step_ms": settings.ms("PRIORITY_STEP"),
+        "tolerance_ms": settings.ms("WAKE_TOLERANCE"),
+    }
+
+
+def _call(using: str | None, name: str, params: Mapping[str, Any]) -> Any:
+    with sql_errors(), connections[_alias(using)].cursor() as cursor:
+        cursor.execute(sql.query(name), params)
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
+# ---------------------------------------------------------------------------------------
+# Enqueue
+# ---------------------------------------------------------------------------------------
+
+
+def enqueue(
+    queue: str,
+    payload: Any,
+    *,
+    channel: str = "default",
+    run_at: datetime | None = None,
+    delay: timedelta | float | None = None,
+    priority: int = 0,
+    dedup_key: str | None = None,
+    max_attempts: int | None = None,
+    using: str | None = None,
+) -> int:
+    """Enqueue one message into ``queue``/``channel``; returns its id.
+
+    Runs on the caller's connection and transaction. ``run_at`` (aware datetime) or ``delay``
+    schedules it; ``priority`` (0-100) acts as "enqueued priority x LONNYMQ_PRIORITY_STEP
+    earlier". A repeated ``dedup_key`` in the same channel returns the existing id.
+    """
+    _name("queue", queue, 100)
+    _name("channel", channel, 200)
+    priority = _int("priority", priority, 0, 100)
+    run_at_ms, delay_ms = _when(run_at, delay, priority)
+    if dedup_key is not None:
+        _name("dedup_key", dedup_key, 200)
+    attempts = _int("max_attempts", settings.MAX_ATTEMPTS if max_attempts is None else max_attempts, 1, 1000)
+    params = {
+        "queue": queue,
+        "channel": channel,
+        "payload": _payload(payload),
+        "run_at_ms": run_at_ms,
+        "delay_ms": delay_ms,
+        "priority": priority,
+        "dedup_key": dedup_key,
+        "max_attempts": attempts,
+        **_common(),
+    }
+    return int(_call(using, "enqueue", params))
+
+
+def enqueue_many(
+    queue: str,
+    items: Iterable[Item | Any],
+    *,
+    channel: str = "default",
+    run_at: datetime | None = None,
+    delay: timedelta | float | None = None,
+    priority: int = 0,
+    max_attempts: int | None = None,
+    using: str | None = None,
+) -> list[int]:
+    """Enqueue many messages of one queue, any channels, in one round trip.
+
+    Each item is an :class:`Item` or a bare payload (which takes the keyword defaults).
+    Returns the ids in input order. All or nothing: one bad item fails the whole call.
+    """
+    _name("queue", queue, 100)
+    _name("channel", channel, 200)
+    default_attempts = _int(
+        "max_attempts", settings.MAX_ATTEMPTS if max_attempts is None else max_attempts, 1, 1000
+    )
+    channels: list[str] = []
+    payloads: list[str] = []
+    run_ats: list[int | None] = []
+    delays: list[int | None] = []
+    priorities: list[int] = []
+    dedup_keys: list[str | None] = []
+    attempts: list[int] = []
+    for index, raw in enumerate(items):
+        item = raw if isinstance(raw, Item) else Item(payload=raw)
+        where = f"items[{index}]"
+        item_channel = _name(f"{where}.channel", item.channel if item.channel is not None else channel, 200)
+        item_priority = _int(f"{where}.priority", priority if item.priority is None else item.priority, 0, 100)
+        item_run_at = item.run_at if item.run_at is not None or item.delay is not None else run_at
+        item_delay = item.delay if item.run_at is not None or item.delay is not None else delay
+        run_at_ms, delay_ms = _when(item_run_at, item_delay, item_priority)
+        if item.dedup_key is not None:
+            _name(f"{where}.dedup_key", item.dedup_key, 200)
+        channels.append(item_channel)
+        payloads.append(_payload(item.payload, f"{where}.payload"))
+        run_ats.append(run_at_ms)
+        delays.append(delay_ms)
+        priorities.append(item_priority)
+        dedup_keys.append(item.dedup_key)
+        attempts.append(
+            default_attempts
+            if item.max_attempts is None
+            else _int(f"{where}.max_attempts", item.max_attempts, 1, 1000)
+        )
+    if not payloads:
+        return []
+    params = {
+        "queue": queue,
+        "channels": channels,
+        "payloads": payloads,
+        "run_at_ms": run_ats,
+        "delay_ms": delays,
+        "priorities": priorities,
+        "dedup_keys": dedup_keys,
+        "max_attempts": attempts,
+        "default_max_attempts": default_attempts,
+        **_common(),
+    }
+    return [int(i) for i in _call(using, "enqueue_many", params)]
+
+
+# ---------------------------------------------------------------------------------------
+# Operations (the admin, the management commands and users' scripts use these)
+# ---------------------------------------------------------------------------------------
+
+
+def _ids(ids: Iterable[int]) -> list[int]:
+    out = []
+    for value in ids:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidArgument("ids", "must be integers", value)
+        out.append(value)
+    return out
+
+
+def configure_channel(
+    queue: str,
+    channel: str,
+    *,
+    max_concurrency: int | None = _UNSET,
+    release_interval: timedelta | float | None = _UNSET,
+    paused: bool | None = _UNSET,
+    using: str | None = None,
+) -> int:
+    """Create or change a channel's limits; omitted ones keep their value. Returns its id.
+
+    ``max_concurrency=None`` means unlimited; ``release_interval`` is the least time between
+    two releases. Takes effect on the next dequeue.
+    """
+    from .models import Channel
+
+    _name("queue", queue, 100)
+    _name("channel", channel, 200)
+    current = Channel.objects.using(_alias(using)).filter(queue=queue, name=channel).first()
+    if max_concurrency is _UNSET:
+        max_concurrency = current.max_concurrency if current else None
+    elif max_concurrency is not None:
+        max_concurrency = _int("max_concurrency", max_concurrency, 1, 2_147_483_647)
+    if release_interval is _UNSET:
+        interval_ms = current.release_interval_ms if current else 0
+    else:
+        interval_ms = 0 if release_interval is None else _duration_ms("release_interval", release_interval)
+    if paused is _UNSET:
+        paused = current.paused if current else False
+    elif not isinstance(paused, bool):
+        raise InvalidArgument("paused", "must be a boolean", paused)
+    params = {
+        "queue": queue,
+        "channel": channel,
+        "max_concurrency": max_concurrency,
+        "release_interval_ms": interval_ms,
+        "paused": paused,
+    }
+    return int(_call(using, "configure_channel", params))
+
+
+def requeue_dead(ids: Iterable[int], *, reset_attempts: bool = True, using: str | None = None) -> list[int]:
+    """Move dead messages back into their channels, ready now. Returns the ids requeued."""
+    params = {"ids": _ids(ids), "reset_attempts": bool(reset_attempts), **_common()}
+    return list(_call(using, "requeue_dead", params))
+
+
+def cancel(ids: Iterable[int], *, using: str | None = None) -> list[int]:
+    """Delete messages that are not in flight. Returns the ids cancelled."""
+    return list(_call(using, "cancel", {"ids": _ids(ids)}))
+
+
+def run_now(ids: Iterable[int], *, using: str | None = None) -> list[int]:
+    """Make scheduled or backed-off messages ready now. Returns the ids moved."""
+    return list(_call(using, "run_now", {"ids": _ids(ids), **_common()}))
+
+
+def purge_channel(channel_id: int, *, using: str | None = None) -> int:
+    """Delete every message of a channel that is not in flight. Returns how many."""
+    return int(_call(using, "purge_channel", {"channel_id": _ids([channel_id])[0]}))
+
+
+def reap(*, limit: int = 500, using: str | None = None) -> int:
+    """Recover expired leases now (workers do this on their own). Returns how many."""
+    params = {
+        "limit": _int("limit", limit, 1, 100_000),
+        "dedup_window_ms": settings.ms("DEDUP_WINDOW"),
+        "tolerance_ms": settings.ms("WAKE_TOLERANCE"),
+    }
+    return int(_call(using, "reap", params))
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A broken scheduler invariant reported by :func:`check`."""
+
+    channel_id: int
+    queue: str
+    channel: str
+    problem: str
+    detail: str
+
+
+def check(*, grace: timedelta | float = 1.0, using: str | None = None) -> list[Problem]:
+    """The channels whose scheduler state disagrees with their messages (empty: healthy)."""
+    with sql_errors(), connections[_alias(using)].cursor() as cursor:
+        cursor.execute(sql.query("check"), {"grace_ms": _duration_ms("grace", grace)})
+        return [Problem(*row) for row in cursor.fetchall()]
+
+
+def now_ms() -> int:
+    """The current time as the queue counts it (ms since the epoch)."""
+    return int(timezone.now().timestamp() * 1000)
+
+
+def ids_of(rows: Sequence[Any]) -> list[int]:
+    """Ids from rows or messages that carry an ``id``."""
+    return [int(getattr(row, "id", row)) for row in rows]

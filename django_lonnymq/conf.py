@@ -1,0 +1,77 @@
+"""``LONNYMQ_*`` settings, read lazily so ``override_settings`` works. Defaults live here only.
+
+Durations accept a ``timedelta`` or a number of seconds.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings as django_settings
+
+PREFIX = "LONNYMQ_"
+
+DEFAULTS: dict[str, Any] = {
+    # Database alias the worker and the default ``using=`` run on.
+    "DATABASE": "default",
+    # Deliveries before a failing message goes to the dead-letter table.
+    "MAX_ATTEMPTS": 5,
+    # A priority of p acts as "enqueued p steps earlier".
+    "PRIORITY_STEP": timedelta(seconds=1),
+    # How long a worker holds a message before another may take it over.
+    "LEASE": timedelta(seconds=30),
+    # Retry backoff: base * 2 ** (attempt - 1), equal jitter, capped.
+    "RETRY_BACKOFF_BASE": timedelta(seconds=1),
+    "RETRY_BACKOFF_MAX": timedelta(hours=1),
+    # Largest payload accepted, as serialized JSON bytes.
+    "MAX_PAYLOAD_BYTES": 1_000_000,
+    # Idle workers look again at least this often (LISTEN/NOTIFY usually wakes them sooner).
+    "POLL_INTERVAL": timedelta(seconds=1),
+    # How often a worker recovers expired leases of any worker.
+    "REAP_INTERVAL": timedelta(seconds=5),
+    # On SIGTERM, how long running handlers may take before the worker exits anyway.
+    "SHUTDOWN_TIMEOUT": timedelta(seconds=30),
+    # How long a dedup key keeps refusing duplicates after its message was enqueued.
+    "DEDUP_WINDOW": timedelta(days=1),
+    # An enqueue lowers a channel's next turn only when it is later than needed by more
+    # than this; a larger value means fewer row locks for producers, a later wake-up.
+    "WAKE_TOLERANCE": timedelta(milliseconds=50),
+    # Extra modules the worker imports to register handlers (besides each app's handlers.py).
+    "HANDLER_MODULES": [],
+}
+
+DURATIONS = {
+    "PRIORITY_STEP",
+    "LEASE",
+    "RETRY_BACKOFF_BASE",
+    "RETRY_BACKOFF_MAX",
+    "POLL_INTERVAL",
+    "REAP_INTERVAL",
+    "SHUTDOWN_TIMEOUT",
+    "DEDUP_WINDOW",
+    "WAKE_TOLERANCE",
+}
+
+
+def to_ms(value: timedelta | float | int) -> int:
+    """A duration as whole milliseconds."""
+    if isinstance(value, timedelta):
+        return int(value.total_seconds() * 1000)
+    return int(float(value) * 1000)
+
+
+class Settings:
+    """Attribute access to ``LONNYMQ_<NAME>``, falling back to :data:`DEFAULTS`."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError(f"unknown setting {PREFIX}{name}")
+        return getattr(django_settings, PREFIX + name, DEFAULTS[name])
+
+    def ms(self, name: str) -> int:
+        """A duration setting in milliseconds."""
+        return to_ms(getattr(self, name))
+
+
+settings = Settings()

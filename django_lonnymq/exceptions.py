@@ -1,0 +1,148 @@
+"""Every error the queue raises, under one base class, and the one place SQL errors map to them.
+
+The SQL functions raise their own SQLSTATEs (class ``LQ``, see ``sql/0001_initial.up.sql``);
+schema CHECK constraints are named ``lonnymq_*``. :func:`translate` turns both into the types
+below. ``Retry`` and ``Discard`` are not errors: a handler raises them to steer its message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+
+class LonnyMQError(Exception):
+    """Base class of every django-lonnymq error."""
+
+
+class InvalidArgument(LonnyMQError, ValueError):
+    """An argument breaks a rule; the message names the field, the rule and the value."""
+
+    def __init__(self, field: str, rule: str, value: Any = None, *, message: str | None = None):
+        self.field = field
+        self.rule = rule
+        self.value = value
+        super().__init__(message or f"{field} {rule}, got {value!r}")
+
+
+class PayloadError(InvalidArgument):
+    """The payload is not JSON-serializable or is too large."""
+
+
+class PriorityWithSchedule(InvalidArgument):
+    """Priority moves a message earlier, so it cannot be combined with a future run time."""
+
+
+class LeaseLost(LonnyMQError):
+    """The lease expired and another worker may hold the message now (stale lease token)."""
+
+    def __init__(self, message: str, ids: list[int] | None = None):
+        self.ids = ids or []
+        super().__init__(message)
+
+
+class MessageNotFound(LonnyMQError):
+    """The message no longer exists: acked, cancelled or dead."""
+
+
+class MessageInFlight(LonnyMQError):
+    """The message is leased by a worker; the operation needs it at rest."""
+
+
+class UnsupportedIsolation(LonnyMQError):
+    """The operation needs READ COMMITTED."""
+
+
+class NoHandler(LonnyMQError):
+    """A worker was asked to serve a queue that has no registered handler."""
+
+
+class ConfigurationError(LonnyMQError):
+    """The settings or the database alias cannot work."""
+
+
+class Retry(Exception):  # noqa: N818 - a request, not an error
+    """Raise from a handler to retry the message after ``delay`` (counts as an attempt)."""
+
+    def __init__(self, delay: timedelta | float = 0, reason: str = ""):
+        self.delay = delay
+        self.reason = reason
+        super().__init__(reason or f"retry requested after {delay}")
+
+
+class Discard(Exception):  # noqa: N818 - a request, not an error
+    """Raise from a handler to move the message to the dead-letter table at once."""
+
+    def __init__(self, reason: str = "discarded by handler"):
+        self.reason = reason
+        super().__init__(reason)
+
+
+_SQLSTATE_TYPES: dict[str, type[LonnyMQError]] = {
+    "LQ001": InvalidArgument,
+    "LQ002": PriorityWithSchedule,
+    "LQ003": LeaseLost,
+    "LQ004": MessageNotFound,
+    "LQ005": MessageInFlight,
+    "LQ006": UnsupportedIsolation,
+}
+
+_CONSTRAINT_RULES: dict[str, tuple[str, str]] = {
+    "lonnymq_channel_queue_length": ("queue", "must be 1 to 100 characters"),
+    "lonnymq_channel_name_length": ("channel", "must be 1 to 200 characters"),
+    "lonnymq_channel_max_concurrency_positive": ("max_concurrency", "must be positive or null"),
+    "lonnymq_channel_release_interval_nonnegative": ("release_interval_ms", "must not be negative"),
+    "lonnymq_channel_in_flight_nonnegative": ("in_flight", "must not be negative"),
+    "lonnymq_message_max_attempts_range": ("max_attempts", "must be between 1 and 1000"),
+    "lonnymq_message_priority_range": ("priority", "must be between 0 and 100"),
+    "lonnymq_message_payload_size": ("payload", "must be at most 8 MiB stored"),
+    "lonnymq_message_dedup_key_length": ("dedup_key", "must be 1 to 200 characters"),
+}
+
+_INVALID_TEXT = re.compile(r"^(?P<field>\S+) (?P<rule>.+), got (?P<value>.*)$")
+
+
+def _root(exc: BaseException) -> BaseException:
+    """The psycopg error under Django's wrapper, if any."""
+    cause = exc.__cause__
+    return cause if cause is not None and hasattr(cause, "sqlstate") else exc
+
+
+def translate(exc: BaseException) -> LonnyMQError | None:
+    """The typed error for a database error raised by the queue's SQL, or None."""
+    root = _root(exc)
+    sqlstate = getattr(root, "sqlstate", None)
+    diag = getattr(root, "diag", None)
+    text = (getattr(diag, "message_primary", None) or str(root)).strip()
+    if sqlstate in _SQLSTATE_TYPES:
+        kind = _SQLSTATE_TYPES[sqlstate]
+        if kind is InvalidArgument:
+            match = _INVALID_TEXT.match(text)
+            field = getattr(diag, "column_name", None) or (match["field"] if match else "argument")
+            rule = match["rule"] if match else text
+            value = match["value"] if match else None
+            return InvalidArgument(field, rule, value, message=text)
+        if kind is PriorityWithSchedule:
+            return PriorityWithSchedule("priority", "cannot be combined with a future run time", message=text)
+        return kind(text)
+    if sqlstate == "23514":
+        constraint = getattr(diag, "constraint_name", None) or ""
+        if constraint in _CONSTRAINT_RULES:
+            field, rule = _CONSTRAINT_RULES[constraint]
+            return InvalidArgument(field, rule, message=f"{field} {rule} (constraint {constraint})")
+    return None
+
+
+@contextlib.contextmanager
+def sql_errors() -> Iterator[None]:
+    """Re-raise the queue's SQL errors as their typed exceptions, chained to the original."""
+    try:
+        yield
+    except Exception as exc:
+        typed = translate(exc)
+        if typed is None:
+            raise
+        raise typed from exc

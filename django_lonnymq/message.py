@@ -1,0 +1,48 @@
+"""The message a handler receives."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+
+@dataclass
+class Message:
+    """One delivery of a message to a handler.
+
+    ``attempt`` counts deliveries, this one included (1 on the first). ``extend_lease()``
+    keeps the message for longer than the worker's lease; the worker also extends leases on
+    its own while handlers run.
+    """
+
+    id: int
+    queue: str
+    channel: str
+    payload: Any
+    attempt: int
+    max_attempts: int
+    enqueued_at: datetime
+    priority: int = 0
+    dedup_key: str | None = None
+    lease_token: UUID | None = None
+    lease_until_ms: int = 0
+    _extend: Callable[[Message, timedelta | float | None], None] | None = field(
+        default=None, repr=False, compare=False
+    )
+
+    @property
+    def is_last_attempt(self) -> bool:
+        return self.attempt >= self.max_attempts
+
+    def extend_lease(self, duration: timedelta | float | None = None) -> None:
+        """Hold the message for ``duration`` (default: the worker's lease) from now.
+
+        Raises :class:`~django_lonnymq.exceptions.LeaseLost` when the lease already went
+        to another worker.
+        """
+        if self._extend is None:
+            raise RuntimeError("this message was not delivered by a worker; it has no lease")
+        self._extend(self, duration)

@@ -1,0 +1,199 @@
+"""The queue's tables as Django models: for the admin, for queries, and for users' reports.
+
+The tables, indexes and constraints are created by the SQL in ``sql/0001_initial.up.sql``;
+the models mirror them (the migration carries them as state only). Write to these tables
+through :mod:`django_lonnymq.api`, which runs the SQL functions that keep the scheduler's
+invariants; ORM updates of scheduler columns would bypass them.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+
+
+class Channel(models.Model):
+    """A tenant's virtual queue inside a queue, with its limits and scheduler state."""
+
+    id = models.BigAutoField(primary_key=True)
+    queue = models.CharField(max_length=100)
+    name = models.CharField(max_length=200)
+    max_concurrency = models.IntegerField(
+        null=True,
+        blank=True,
+        help_text="Most messages of this channel in flight at once; empty means unlimited.",
+    )
+    release_interval_ms = models.BigIntegerField(
+        default=0,
+        help_text="Rate limit: least time between two releases, in milliseconds (0: none).",
+    )
+    paused = models.BooleanField(default=False, help_text="A paused channel releases nothing.")
+    in_flight = models.IntegerField(
+        default=0, editable=False, help_text="Leases that took a concurrency slot."
+    )
+    last_dequeue_at = models.BigIntegerField(null=True, blank=True, editable=False)
+    next_dequeue_at = models.BigIntegerField(null=True, blank=True, editable=False)
+    turn = models.BigIntegerField(default=0, editable=False)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        db_table = "lonnymq_channel"
+        ordering = ["queue", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["queue", "name"], name="lonnymq_channel_queue_name_uniq"),
+            models.CheckConstraint(
+                condition=Q(queue__regex=r"^.{1,100}$"), name="lonnymq_channel_queue_length"
+            ),
+            models.CheckConstraint(
+                condition=Q(name__regex=r"^.{1,200}$"), name="lonnymq_channel_name_length"
+            ),
+            models.CheckConstraint(
+                condition=Q(max_concurrency__isnull=True) | Q(max_concurrency__gt=0),
+                name="lonnymq_channel_max_concurrency_positive",
+                violation_error_message="Max concurrency must be positive, or empty for unlimited.",
+            ),
+            models.CheckConstraint(
+                condition=Q(release_interval_ms__gte=0),
+                name="lonnymq_channel_release_interval_nonnegative",
+                violation_error_message="Release interval must not be negative.",
+            ),
+            models.CheckConstraint(
+                condition=Q(in_flight__gte=0), name="lonnymq_channel_in_flight_nonnegative"
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["queue", "next_dequeue_at", "turn"],
+                name="lonnymq_channel_eligible_idx",
+                condition=Q(next_dequeue_at__isnull=False, paused=False)
+                & (Q(max_concurrency__isnull=True) | Q(in_flight__lt=F("max_concurrency"))),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue}/{self.name}"
+
+
+class Message(models.Model):
+    """A message waiting, scheduled, or in flight (leased by a worker)."""
+
+    id = models.BigAutoField(primary_key=True)
+    channel = models.ForeignKey(
+        Channel, on_delete=models.PROTECT, related_name="messages", db_index=False
+    )
+    payload = models.JSONField()
+    dequeue_at = models.BigIntegerField(help_text="Not released before this time (ms since epoch).")
+    priority = models.SmallIntegerField(default=0)
+    attempts = models.IntegerField(default=0)
+    max_attempts = models.IntegerField()
+    lease_until = models.BigIntegerField(null=True, blank=True)
+    lease_token = models.UUIDField(null=True, blank=True)
+    leased_by = models.TextField(null=True, blank=True)
+    slot_taken = models.BooleanField(default=False)
+    dedup_key = models.CharField(max_length=200, null=True, blank=True)
+    enqueued_at = models.DateTimeField(default=timezone.now)
+    last_error = models.TextField(null=True, blank=True)
+
+    class Meta:
+        db_table = "lonnymq_message"
+        ordering = ["id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(attempts__gte=0), name="lonnymq_message_attempts_nonnegative"),
+            models.CheckConstraint(
+                condition=Q(max_attempts__gte=1, max_attempts__lte=1000),
+                name="lonnymq_message_max_attempts_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(priority__gte=0, priority__lte=100), name="lonnymq_message_priority_range"
+            ),
+            models.CheckConstraint(
+                condition=Q(lease_until__isnull=True, lease_token__isnull=True)
+                | Q(lease_until__isnull=False, lease_token__isnull=False),
+                name="lonnymq_message_lease_complete",
+            ),
+            models.CheckConstraint(
+                condition=Q(slot_taken=False) | Q(lease_until__isnull=False),
+                name="lonnymq_message_slot_needs_lease",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["channel", "dequeue_at", "id"],
+                name="lonnymq_message_ready_idx",
+                condition=Q(lease_until__isnull=True),
+            ),
+            models.Index(
+                fields=["lease_until"],
+                name="lonnymq_message_lease_idx",
+                condition=Q(lease_until__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"message {self.id}"
+
+    @property
+    def state(self) -> str:
+        """``in_flight``, ``scheduled`` (not due yet) or ``ready``."""
+        if self.lease_until is not None:
+            return "in_flight"
+        if self.dequeue_at > int(timezone.now().timestamp() * 1000):
+            return "scheduled"
+        return "ready"
+
+
+class DeadMessage(models.Model):
+    """A message that used up its attempts, was discarded, or whose last lease expired."""
+
+    REASONS = [
+        ("failed", "failed"),
+        ("discarded", "discarded"),
+        ("lease_expired", "lease expired"),
+    ]
+
+    id = models.BigIntegerField(primary_key=True)
+    channel = models.ForeignKey(
+        Channel, on_delete=models.SET_NULL, null=True, blank=True, related_name="dead_messages"
+    )
+    queue = models.CharField(max_length=100)
+    channel_name = models.CharField(max_length=200, db_column="channel")
+    payload = models.JSONField()
+    priority = models.SmallIntegerField(default=0)
+    attempts = models.IntegerField()
+    max_attempts = models.IntegerField()
+    dedup_key = models.CharField(max_length=200, null=True, blank=True)
+    enqueued_at = models.DateTimeField()
+    died_at = models.DateTimeField(default=timezone.now)
+    reason = models.CharField(max_length=20, choices=REASONS)
+    last_error = models.TextField(null=True, blank=True)
+
+    class Meta:
+        db_table = "lonnymq_dead_message"
+        ordering = ["-died_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(reason__in=["failed", "discarded", "lease_expired"]),
+                name="lonnymq_dead_message_reason_known",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["queue", "died_at"], name="lonnymq_dead_queue_died_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"dead message {self.id}"
+
+
+class DedupKey(models.Model):
+    """A dedup key still refusing duplicates (pruned after ``LONNYMQ_DEDUP_WINDOW``)."""
+
+    pk = models.CompositePrimaryKey("channel_id", "dedup_key")
+    channel_id = models.BigIntegerField()
+    dedup_key = models.TextField()
+    message_id = models.BigIntegerField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "lonnymq_dedup"
+        indexes = [models.Index(fields=["created_at"], name="lonnymq_dedup_created_idx")]

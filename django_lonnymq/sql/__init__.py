@@ -1,0 +1,38 @@
+"""The SQL that ships with the app: migration files and the named queries.
+
+Statements live in ``.sql`` files beside this module so they can be read, diffed and run
+with psql; Python only looks them up by name.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from importlib import resources
+
+_NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+
+
+def read(filename: str) -> str:
+    """The text of one SQL file in this package."""
+    return resources.files(__package__).joinpath(filename).read_text(encoding="utf-8")
+
+
+@functools.cache
+def queries() -> dict[str, str]:
+    """All named queries of ``queries.sql``, parsed once."""
+    text = read("queries.sql")
+    parts = _NAME.split(text)
+    named: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2]):
+        lines = [line for line in body.strip().splitlines() if not line.lstrip().startswith("--")]
+        named[name] = "\n".join(lines).strip()
+    return named
+
+
+def query(name: str) -> str:
+    """One named query; a KeyError names the missing query."""
+    try:
+        return queries()[name]
+    except KeyError:
+        raise KeyError(f"no query named {name!r} in queries.sql") from None

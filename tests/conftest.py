@@ -1,0 +1,101 @@
+"""Shared fixtures: raw connections to the test database, worker subprocesses, recording tables."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+RECORDING_TABLES = """
+CREATE TABLE IF NOT EXISTS testapp_delivery (
+    id bigserial PRIMARY KEY, message_id bigint, queue text, channel text, attempt int,
+    event text, pid int, payload jsonb, at timestamptz DEFAULT clock_timestamp());
+CREATE TABLE IF NOT EXISTS testapp_inflight (channel text PRIMARY KEY, now int DEFAULT 0, peak int DEFAULT 0);
+TRUNCATE testapp_delivery, testapp_inflight;
+"""
+
+
+def test_dsn() -> str:
+    """libpq connection string of the test database (valid once the test DB exists)."""
+    s = connection.settings_dict
+    parts = {"dbname": s["NAME"], "user": s["USER"], "password": s["PASSWORD"], "host": s["HOST"], "port": s["PORT"]}
+    return " ".join(f"{k}={v}" for k, v in parts.items() if v)
+
+
+def test_database_url() -> str:
+    s = connection.settings_dict
+    auth = s["USER"] + (f":{s['PASSWORD']}" if s["PASSWORD"] else "")
+    return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+
+
+@pytest.fixture
+def dsn(transactional_db: None) -> str:
+    return test_dsn()
+
+
+@pytest.fixture
+def connect(dsn: str) -> Iterator[Callable[..., psycopg.Connection]]:
+    """Open extra real connections to the test database (closed after the test)."""
+    opened: list[psycopg.Connection] = []
+
+    def factory(autocommit: bool = True) -> psycopg.Connection:
+        conn = psycopg.connect(dsn, autocommit=autocommit)
+        opened.append(conn)
+        return conn
+
+    yield factory
+    for conn in opened:
+        conn.close()
+
+
+@pytest.fixture
+def recording(transactional_db: None) -> None:
+    """Tables the test handlers (tests/testapp/handlers.py) write their deliveries to."""
+    with connection.cursor() as cursor:
+        cursor.execute(RECORDING_TABLES)
+
+
+def worker_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=test_database_url(),
+        DJANGO_SETTINGS_MODULE="tests.worker_settings",
+        PYTHONPATH=str(ROOT),
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+@pytest.fixture
+def start_worker(transactional_db: None) -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """Start ``manage.py run_queue_worker`` as a real subprocess on the test database."""
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), "run_queue_worker", *args],
+            cwd=ROOT,
+            env=env or worker_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+        if proc.stdout:
+            proc.stdout.close()

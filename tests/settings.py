@@ -1,0 +1,14 @@
+"""Test settings: the example project on the tests' PostgreSQL (see tests/dbserver.py)."""
+
+import environ
+
+from example_project.settings import *  # noqa: F403
+from example_project.settings import INSTALLED_APPS
+from tests.dbserver import database_url
+
+DATABASES = {"default": environ.Env.db_url_config(database_url())}
+DATABASES["default"]["TEST"] = {"NAME": "test_" + DATABASES["default"]["NAME"]}
+
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+LOGGING = {"version": 1, "disable_existing_loggers": False}

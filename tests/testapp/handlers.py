@@ -1,0 +1,61 @@
+"""Handlers that worker-process tests run. Their effects are recorded in the database
+(table testapp_delivery, created by tests/conftest.py) so tests can assert on them."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from django.db import connection
+
+from django_lonnymq import Discard, Message, Retry, handler
+
+
+def record(message: Message, event: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO testapp_delivery (message_id, queue, channel, attempt, event, pid, payload)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb)",
+            [message.id, message.queue, message.channel, message.attempt, event, os.getpid(),
+             __import__("json").dumps(message.payload)],
+        )
+
+
+@handler("t_record")
+def record_only(message: Message) -> None:
+    record(message, "done")
+
+
+@handler("t_sleep")
+def sleep_then_record(message: Message) -> None:
+    """Records start and end, and tracks in-flight per channel in testapp_inflight."""
+    record(message, "start")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE testapp_inflight SET now = now + 1, peak = greatest(peak, now + 1) WHERE channel = %s",
+            [message.channel],
+        )
+    try:
+        time.sleep(float(message.payload.get("seconds", 0.05)))
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("UPDATE testapp_inflight SET now = now - 1 WHERE channel = %s", [message.channel])
+    record(message, "done")
+
+
+@handler("t_fail")
+def always_fail(message: Message) -> None:
+    record(message, "fail")
+    raise RuntimeError(f"boom on attempt {message.attempt}")
+
+
+@handler("t_discard")
+def discard(message: Message) -> None:
+    raise Discard("not wanted")
+
+
+@handler("t_retry")
+def retry_later(message: Message) -> None:
+    record(message, "retry" if message.attempt == 1 else "done")
+    if message.attempt == 1:
+        raise Retry(delay=0.2, reason="come back later")
