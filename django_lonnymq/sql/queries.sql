@@ -58,3 +58,15 @@ SELECT channel_id, queue, channel, problem, detail FROM lonnymq_check_v1(%(grace
 
 -- name: listen
 LISTEN lonnymq_wakeup
+
+-- name: pending
+-- Burst workers stop when their queues hold nothing ready now and nothing in flight.
+SELECT EXISTS (
+           SELECT 1 FROM lonnymq_channel c
+            WHERE c.queue = ANY (%(queues)s::text[]) AND NOT c.paused
+              AND EXISTS (SELECT 1 FROM lonnymq_message m
+                           WHERE m.channel_id = c.id AND m.lease_until IS NULL
+                             AND m.dequeue_at <= lonnymq_now_ms_v1()))
+       OR EXISTS (
+           SELECT 1 FROM lonnymq_message m JOIN lonnymq_channel c ON c.id = m.channel_id
+            WHERE m.lease_until IS NOT NULL AND c.queue = ANY (%(queues)s::text[]))

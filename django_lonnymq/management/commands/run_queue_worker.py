@@ -1,0 +1,87 @@
+"""``manage.py run_queue_worker``: parse flags, build a :class:`~django_lonnymq.worker.Worker`, run it."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from datetime import timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_lonnymq.exceptions import InvalidArgument, NoHandler
+from django_lonnymq.registry import autodiscover
+from django_lonnymq.worker import Worker
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}
+
+
+def duration(text: str) -> timedelta:
+    """``30s``, ``250ms``, ``5m``, ``1h`` or plain seconds, as a positive timedelta."""
+    match = _DURATION.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (examples: 30s, 250ms, 5m, 1h)")
+    seconds = float(match[1]) * _UNITS[match[2]]
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be longer than zero")
+    return timedelta(seconds=seconds)
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+class Command(BaseCommand):
+    help = "Run a queue worker. SIGTERM/SIGINT stop fetching, let running handlers finish, exit 0."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--queue", "-q", action="append", required=True, dest="queues",
+                            help="Queue to serve (repeat for several).")
+        parser.add_argument("--concurrency", "-c", type=positive_int, default=1,
+                            help="Handler threads (default 1).")
+        parser.add_argument("--batch-size", type=positive_int, default=None,
+                            help="Most messages leased per fetch (default: the concurrency; at most 10000).")
+        parser.add_argument("--lease", type=duration, default=None,
+                            help="Lease per message, e.g. 30s (default LONNYMQ_LEASE). Extended while it runs.")
+        parser.add_argument("--burst", action="store_true",
+                            help="Exit once the queues hold nothing ready and nothing in flight.")
+        parser.add_argument("--max-messages", type=positive_int, default=None,
+                            help="Exit after starting this many messages (and finishing them).")
+        parser.add_argument("--shutdown-timeout", type=duration, default=None,
+                            help="How long running handlers may finish after SIGTERM (default LONNYMQ_SHUTDOWN_TIMEOUT).")
+        parser.add_argument("--database", default=None, help="Database alias (default LONNYMQ_DATABASE).")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["batch_size"] is not None and options["batch_size"] > 10_000:
+            raise CommandError("--batch-size must be at most 10000")
+        if options["lease"] is not None and options["lease"] < timedelta(seconds=1):
+            raise CommandError("--lease must be at least 1s")
+        autodiscover()
+        try:
+            worker = Worker(
+                options["queues"],
+                concurrency=options["concurrency"],
+                batch_size=options["batch_size"],
+                lease=options["lease"],
+                burst=options["burst"],
+                max_messages=options["max_messages"],
+                using=options["database"],
+                shutdown_timeout=options["shutdown_timeout"],
+            )
+        except (NoHandler, InvalidArgument) as exc:
+            raise CommandError(str(exc)) from exc
+        worker.install_signal_handlers()
+        self.stdout.write(
+            f"lonnymq worker {worker.name}: queues={','.join(worker.queues)} "
+            f"concurrency={worker.concurrency} batch={worker.batch_size} lease={worker.lease_ms / 1000:g}s"
+        )
+        self.stdout.flush()
+        stats = worker.run()
+        self.stdout.write(f"lonnymq worker {worker.name} stopped: {stats.summary()}")

@@ -1,0 +1,547 @@
+"""The worker: fetch leased batches, run handlers on threads, ack in batches, keep leases alive.
+
+One control thread owns one database connection (autocommit, LISTENing for wake-ups) and
+does every queue call: dequeue, ack, fail, extend, reap. Handler threads run user code with
+Django's own per-thread connections. The control thread sleeps on the connection's socket and
+a self-pipe at once, so a notification or a finished handler wakes it within milliseconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue as queue_mod
+import select
+import signal
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from django.db import close_old_connections, connections
+
+from . import sql
+from .conf import settings, to_ms
+from .exceptions import Discard, InvalidArgument, LeaseLost, Retry, sql_errors
+from .message import Message
+from .registry import get_handler
+
+logger = logging.getLogger("django_lonnymq.worker")
+
+_DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
+
+
+@dataclass
+class Outcome:
+    """What a handler's run asks for: ack, retry (with optional delay), or discard."""
+
+    message: Message
+    action: str  # "ack" | "fail" | "retry" | "discard"
+    error: str | None = None
+    delay_ms: int | None = None
+
+
+@dataclass
+class Stats:
+    """Counters a worker reports when it stops (and tests and benchmarks read)."""
+
+    fetched: int = 0
+    acked: int = 0
+    retried: int = 0
+    dead: int = 0
+    lease_lost: int = 0
+    empty_fetches: int = 0
+    reaped: int = 0
+    reconnects: int = 0
+    released: int = 0
+    started_at: float = field(default_factory=time.monotonic)
+
+    def summary(self) -> str:
+        elapsed = max(time.monotonic() - self.started_at, 1e-9)
+        return (
+            f"fetched={self.fetched} acked={self.acked} retried={self.retried} dead={self.dead} "
+            f"lease_lost={self.lease_lost} released={self.released} reaped={self.reaped} "
+            f"empty_fetches={self.empty_fetches} reconnects={self.reconnects} "
+            f"elapsed={elapsed:.1f}s rate={self.acked / elapsed:.1f}/s"
+        )
+
+
+def describe_exception(exc: BaseException) -> str:
+    """The error text stored with a failed message: type, message and a short traceback."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=8))
+    return text[-4000:]
+
+
+class Worker:
+    """Serves one or more queues until stopped, ``max_messages`` ran, or (``burst``) idle."""
+
+    def __init__(
+        self,
+        queues: Sequence[str],
+        *,
+        concurrency: int = 1,
+        batch_size: int | None = None,
+        lease: timedelta | float | None = None,
+        burst: bool = False,
+        max_messages: int | None = None,
+        using: str | None = None,
+        shutdown_timeout: timedelta | float | None = None,
+        name: str | None = None,
+    ):
+        if not queues:
+            raise InvalidArgument("queues", "must name at least one queue", list(queues))
+        if concurrency < 1:
+            raise InvalidArgument("concurrency", "must be at least 1", concurrency)
+        self.queues = list(dict.fromkeys(queues))
+        self.handlers = {q: get_handler(q) for q in self.queues}  # NoHandler before any work
+        self.concurrency = concurrency
+        self.batch_size = batch_size or concurrency
+        if not 1 <= self.batch_size <= 10_000:
+            raise InvalidArgument("batch_size", "must be between 1 and 10000", self.batch_size)
+        self.lease_ms = to_ms(lease) if lease is not None else settings.ms("LEASE")
+        if self.lease_ms < 1000:
+            raise InvalidArgument("lease", "must be at least 1 second", lease)
+        self.burst = burst
+        self.max_messages = max_messages
+        self.using = using or settings.DATABASE
+        self.shutdown_timeout = (
+            to_ms(shutdown_timeout) / 1000 if shutdown_timeout is not None else settings.ms("SHUTDOWN_TIMEOUT") / 1000
+        )
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.poll_interval = settings.ms("POLL_INTERVAL") / 1000
+        self.reap_interval = settings.ms("REAP_INTERVAL") / 1000
+        self.stats = Stats()
+
+        self._stopping = threading.Event()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._jobs: queue_mod.Queue[Message | None] = queue_mod.Queue()
+        self._outcomes: queue_mod.Queue[Outcome] = queue_mod.Queue()
+        self._running: dict[int, Message] = {}
+        self._started: set[int] = set()
+        self._lock = threading.Lock()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._threads: list[threading.Thread] = []
+        self._next_reap = 0.0
+        self._next_extend = 0.0
+        self._queue_turn = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def stop(self, *_: Any) -> None:
+        """Stop fetching; running handlers finish (up to the shutdown timeout). Signal-safe."""
+        self._stopping.set()
+        self._wake()
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, self.stop)
+        signal.signal(signal.SIGINT, self.stop)
+
+    def run(self) -> Stats:
+        """Serve until stopped; returns the counters."""
+        for index in range(self.concurrency):
+            thread = threading.Thread(target=self._handler_loop, name=f"lonnymq-handler-{index}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        logger.info(
+            "worker %s serving %s (concurrency=%d, batch=%d, lease=%.1fs)",
+            self.name, ", ".join(self.queues), self.concurrency, self.batch_size, self.lease_ms / 1000,
+        )
+        try:
+            self._loop()
+        finally:
+            self._shutdown()
+        logger.info("worker %s stopped: %s", self.name, self.stats.summary())
+        return self.stats
+
+    def _loop(self) -> None:
+        while True:
+            self._ensure_connected()
+            if self._conn is None:  # stopping while the database is down
+                return
+            try:
+                self._flush_outcomes()
+                if self._stopping.is_set():
+                    return  # _shutdown lets running handlers finish, bounded
+                if self._quota_used():
+                    if not self._running:
+                        return
+                    self._wait(self._heartbeat_due_in())
+                    self._maintain()
+                    continue
+                self._maintain()
+                free = self.concurrency - len(self._running)
+                got = self._fetch(min(free, self.batch_size, self._quota_left())) if free > 0 else 0
+                if got:
+                    continue
+                if free > 0:
+                    self.stats.empty_fetches += 1
+                if self.burst and not self._running and self._outcomes.empty() and not self._pending_work():
+                    return
+                self._wait(self._idle_wait() if free > 0 else self._heartbeat_due_in())
+            except _DB_ERRORS as exc:
+                self._lost_connection(exc)
+
+    # -- database ----------------------------------------------------------------------------
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        params = dict(connections[self.using].get_connection_params())
+        for key in ("cursor_factory", "context", "server_side_binding", "prepare_threshold"):
+            params.pop(key, None)
+        options = params.pop("options", "") or ""
+        # A killed worker's server backend notices the dead client within a second.
+        options += " -c client_connection_check_interval=1000 -c lock_timeout=0"
+        conn = psycopg.connect(
+            **params,
+            options=options.strip(),
+            autocommit=True,
+            application_name=f"lonnymq-worker {self.name}"[:63],
+            connect_timeout=5,
+        )
+        conn.execute(sql.query("listen"))
+        return conn
+
+    def _ensure_connected(self) -> None:
+        delay = 0.5
+        while self._conn is None or self._conn.closed:
+            try:
+                self._conn = self._connect()
+                if delay > 0.5 or self.stats.reconnects:
+                    logger.warning("worker %s connected to the database again", self.name)
+                return
+            except _DB_ERRORS as exc:
+                self._conn = None
+                if self._stopping.is_set():
+                    return
+                logger.error(
+                    "database unavailable (%s); retrying in %.1fs",
+                    str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+                    delay,
+                )
+                self._stopping.wait(delay)
+                delay = min(delay * 2, 30.0)
+
+    def _lost_connection(self, exc: BaseException) -> None:
+        logger.warning("lost the database connection (%s); reconnecting", str(exc).strip().splitlines()[0:1])
+        self.stats.reconnects += 1
+        try:
+            if self._conn is not None:
+                self._conn.close()
+        finally:
+            self._conn = None
+
+    def _execute(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        assert self._conn is not None
+        with sql_errors():
+            cursor = self._conn.execute(sql.query(name), params, prepare=True)
+            return cursor.fetchall()
+
+    def _scalar(self, name: str, params: dict[str, Any]) -> Any:
+        rows = self._execute(name, params)
+        return rows[0][0] if rows else None
+
+    # -- fetching ------------------------------------------------------------------------
+
+    def _quota_used(self) -> bool:
+        return self.max_messages is not None and self.stats.fetched >= self.max_messages
+
+    def _quota_left(self) -> int:
+        if self.max_messages is None:
+            return self.batch_size
+        return max(self.max_messages - self.stats.fetched, 0)
+
+    def _fetch(self, want: int) -> int:
+        """Lease up to ``want`` messages across the queues (rotating which goes first)."""
+        got = 0
+        order = self.queues[self._queue_turn:] + self.queues[: self._queue_turn]
+        self._queue_turn = (self._queue_turn + 1) % len(self.queues)
+        for queue_name in order:
+            if got >= want:
+                break
+            rows = self._execute(
+                "dequeue",
+                {
+                    "queue": queue_name,
+                    "batch_size": want - got,
+                    "lease_ms": self.lease_ms,
+                    "worker": self.name,
+                    "tolerance_ms": settings.ms("WAKE_TOLERANCE"),
+                },
+            )
+            for row in rows:
+                self._dispatch(queue_name, row)
+            got += len(rows)
+        if got and self._next_extend == 0.0:
+            self._next_extend = time.monotonic() + self.lease_ms / 3000
+        return got
+
+    def _dispatch(self, queue_name: str, row: tuple[Any, ...]) -> None:
+        (msg_id, channel, payload, attempts, max_attempts, priority, dedup_key, enqueued_at, token, lease_until) = row
+        message = Message(
+            id=msg_id,
+            queue=queue_name,
+            channel=channel,
+            payload=payload,
+            attempt=attempts,
+            max_attempts=max_attempts,
+            enqueued_at=enqueued_at,
+            priority=priority,
+            dedup_key=dedup_key,
+            lease_token=token,
+            lease_until_ms=lease_until,
+            _extend=self._extend_from_handler,
+        )
+        with self._lock:
+            self._running[msg_id] = message
+        self.stats.fetched += 1
+        self._jobs.put(message)
+
+    def _pending_work(self) -> bool:
+        """Burst mode: does any queue still hold a message that is ready or in flight?"""
+        return bool(self._scalar("pending", {"queues": self.queues}))
+
+    def _idle_wait(self) -> float:
+        """Sleep until the earliest channel turn, capped by the poll interval."""
+        due_ms = self._scalar("next_due", {"queues": self.queues})
+        if due_ms is None:
+            return self.poll_interval
+        return min(max(due_ms / 1000, 0.001), self.poll_interval)
+
+    # -- waiting -------------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except (BlockingIOError, OSError):
+            pass
+
+    def _wait(self, timeout: float) -> None:
+        """Sleep until a notification, a finished handler, a stop request, or ``timeout``."""
+        if not self._outcomes.empty() or timeout <= 0:
+            return
+        fds: list[int] = [self._wake_r]
+        if self._conn is not None and not self._conn.closed:
+            fds.append(self._conn.fileno())
+        readable, _, _ = select.select(fds, [], [], timeout)
+        if self._wake_r in readable:
+            try:
+                while os.read(self._wake_r, 4096):
+                    pass
+            except BlockingIOError:
+                pass
+        if self._conn is not None and len(fds) > 1 and fds[1] in readable:
+            for _ in self._conn.notifies(timeout=0):
+                pass
+
+    def _heartbeat_due_in(self) -> float:
+        waits = [self.poll_interval]
+        if self._next_extend:
+            waits.append(self._next_extend - time.monotonic())
+        return max(min(waits), 0.0)
+
+    # -- handlers ------------------------------------------------------------------------
+
+    def _handler_loop(self) -> None:
+        while True:
+            message = self._jobs.get()
+            if message is None:
+                return
+            with self._lock:
+                if message.id not in self._running:  # released before it started
+                    continue
+                self._started.add(message.id)
+            self._outcomes.put(self._run_handler(message))
+            self._wake()
+
+    def _run_handler(self, message: Message) -> Outcome:
+        close_old_connections()
+        try:
+            self.handlers[message.queue](message)
+            return Outcome(message, "ack")
+        except Retry as request:
+            delay = request.delay
+            return Outcome(message, "retry", error=request.reason or "retry requested", delay_ms=to_ms(delay))
+        except Discard as request:
+            return Outcome(message, "discard", error=request.reason)
+        except Exception as exc:  # a failing handler must never kill the worker
+            logger.warning("message %s of %s failed on attempt %d: %r", message.id, message.queue, message.attempt, exc)
+            return Outcome(message, "fail", error=describe_exception(exc))
+        finally:
+            close_old_connections()
+
+    def _extend_from_handler(self, message: Message, duration: timedelta | float | None) -> None:
+        lease_ms = to_ms(duration) if duration is not None else self.lease_ms
+        with sql_errors(), connections[self.using].cursor() as cursor:
+            cursor.execute(
+                sql.query("extend"), {"ids": [message.id], "tokens": [str(message.lease_token)], "lease_ms": lease_ms}
+            )
+            extended = cursor.fetchone()[0]
+        if message.id not in extended:
+            raise LeaseLost(f"lease on message {message.id} was lost; another worker may hold it", [message.id])
+
+    # -- giving leases back ----------------------------------------------------------------
+
+    def _flush_outcomes(self) -> None:
+        """Ack everything finished in one call; fail/retry/discard one by one."""
+        done: list[Outcome] = []
+        while True:
+            try:
+                done.append(self._outcomes.get_nowait())
+            except queue_mod.Empty:
+                break
+        if not done:
+            return
+        try:
+            acks = [o for o in done if o.action == "ack"]
+            if acks:
+                ids = [o.message.id for o in acks]
+                tokens: list[str] = [str(o.message.lease_token) for o in acks]
+                acked = set(self._scalar("ack", {"ids": ids, "tokens": tokens}) or [])
+                self.stats.acked += len(acked)
+                for outcome in acks:
+                    if outcome.message.id not in acked:
+                        self._report_lost(outcome.message)
+            for outcome in done:
+                if outcome.action != "ack":
+                    self._fail(outcome)
+        except _DB_ERRORS:
+            for outcome in done:  # keep them: flushed again after reconnecting
+                self._outcomes.put(outcome)
+            raise
+        with self._lock:
+            for outcome in done:
+                self._running.pop(outcome.message.id, None)
+                self._started.discard(outcome.message.id)
+
+    def _fail(self, outcome: Outcome) -> None:
+        message = outcome.message
+        try:
+            result = self._scalar(
+                "fail",
+                {
+                    "id": message.id,
+                    "token": str(message.lease_token),
+                    "error": outcome.error,
+                    "retry_delay_ms": outcome.delay_ms if outcome.action == "retry" else None,
+                    "discard": outcome.action == "discard",
+                    "backoff_base_ms": settings.ms("RETRY_BACKOFF_BASE"),
+                    "backoff_max_ms": settings.ms("RETRY_BACKOFF_MAX"),
+                    "tolerance_ms": settings.ms("WAKE_TOLERANCE"),
+                },
+            )
+        except LeaseLost:
+            self._report_lost(message)
+            return
+        except Exception as exc:
+            if isinstance(exc, _DB_ERRORS):
+                raise
+            logger.error("could not record the failure of message %s: %r", message.id, exc)
+            return
+        if result == "dead":
+            self.stats.dead += 1
+        else:
+            self.stats.retried += 1
+
+    def _report_lost(self, message: Message) -> None:
+        self.stats.lease_lost += 1
+        logger.warning(
+            "lease on message %s expired before it finished; it may run again (raise --lease?)", message.id
+        )
+
+    def _maintain(self) -> None:
+        """Heartbeat running leases and reap expired ones, each on its own clock."""
+        now = time.monotonic()
+        if self._next_extend and now >= self._next_extend:
+            with self._lock:
+                running = list(self._running.values())
+            if running:
+                extended = set(
+                    self._scalar(
+                        "extend",
+                        {
+                            "ids": [m.id for m in running],
+                            "tokens": [str(m.lease_token) for m in running],
+                            "lease_ms": self.lease_ms,
+                        },
+                    )
+                    or []
+                )
+                for message in running:
+                    if message.id not in extended:
+                        logger.warning("lease on running message %s was lost; it may run twice", message.id)
+            self._next_extend = now + self.lease_ms / 3000 if running else 0.0
+        if now >= self._next_reap:
+            self._next_reap = now + self.reap_interval
+            reaped = self._scalar(
+                "reap",
+                {
+                    "limit": 500,
+                    "dedup_window_ms": settings.ms("DEDUP_WINDOW"),
+                    "tolerance_ms": settings.ms("WAKE_TOLERANCE"),
+                },
+            )
+            if reaped:
+                self.stats.reaped += int(reaped)
+                logger.info("recovered %d message(s) whose lease expired", reaped)
+
+    # -- shutdown ------------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        """Let running handlers finish (bounded), release what never started, flush acks."""
+        deadline = time.monotonic() + self.shutdown_timeout
+        with self._lock:
+            not_started = [m for i, m in self._running.items() if i not in self._started]
+            for message in not_started:
+                self._running.pop(message.id, None)
+        while self._running and time.monotonic() < deadline:
+            try:
+                self._ensure_connected()
+                self._flush_outcomes()
+                if self._running:
+                    self._wait(min(0.1, max(deadline - time.monotonic(), 0)))
+                    self._maintain()
+            except _DB_ERRORS as exc:
+                self._lost_connection(exc)
+                if self._stopping.is_set() and time.monotonic() >= deadline:
+                    break
+        try:
+            self._ensure_connected()
+            if self._conn is not None:
+                self._flush_outcomes()
+                if not_started:
+                    released = self._scalar(
+                        "release",
+                        {
+                            "ids": [m.id for m in not_started],
+                            "tokens": [str(m.lease_token) for m in not_started],
+                            "tolerance_ms": settings.ms("WAKE_TOLERANCE"),
+                        },
+                    )
+                    self.stats.released += len(released or [])
+        except _DB_ERRORS as exc:
+            logger.warning("could not flush on shutdown (%s); leases will expire and be redelivered", exc)
+        if self._running:
+            logger.warning(
+                "%d handler(s) still running after %.0fs; their messages will be redelivered after the lease",
+                len(self._running), self.shutdown_timeout,
+            )
+        for _ in self._threads:
+            self._jobs.put(None)
+        if self._conn is not None:
+            self._conn.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+
+def run_worker(queues: Sequence[str], **options: Any) -> Stats:
+    """Convenience: build a :class:`Worker`, install signal handlers, run it."""
+    worker = Worker(queues, **options)
+    worker.install_signal_handlers()
+    return worker.run()
+
