@@ -77,3 +77,9 @@ def autodiscover() -> None:
     autodiscover_modules("handlers")
     for module in settings.HANDLER_MODULES:
         import_module(module)
+    from django.conf import settings as django_settings
+
+    if any(str(c.get("BACKEND", "")).endswith("LonnyMQBackend") for c in getattr(django_settings, "TASKS", {}).values()):
+        from .tasks import register_task_handlers
+
+        register_task_handlers()

@@ -1,0 +1,1 @@
+DROP TABLE IF EXISTS lonnymq_task_result;
