@@ -103,6 +103,8 @@ class Worker:
         self.batch_size = batch_size or concurrency
         if not 1 <= self.batch_size <= 10_000:
             raise InvalidArgument("batch_size", "must be between 1 and 10000", self.batch_size)
+        # Messages held at once: running plus leased and waiting for a free handler thread.
+        self.capacity = max(concurrency, self.batch_size)
         self.lease_ms = to_ms(lease) if lease is not None else settings.ms("LEASE")
         if self.lease_ms < 1000:
             raise InvalidArgument("lease", "must be at least 1 second", lease)
@@ -176,15 +178,18 @@ class Worker:
                     self._maintain()
                     continue
                 self._maintain()
-                free = self.concurrency - len(self._running)
-                got = self._fetch(min(free, self.batch_size, self._quota_left())) if free > 0 else 0
+                free = self.capacity - len(self._running)
+                # Fetch a whole batch at a time: leased messages wait in a local buffer (their
+                # leases are extended like running ones, and released on shutdown).
+                wanted = free >= max(1, self.batch_size // 2) or not self._running
+                got = self._fetch(min(free, self.batch_size, self._quota_left())) if wanted and free > 0 else 0
                 if got:
                     continue
-                if free > 0:
+                if wanted and free > 0:
                     self.stats.empty_fetches += 1
                 if self.burst and not self._running and self._outcomes.empty() and not self._pending_work():
                     return
-                self._wait(self._idle_wait() if free > 0 else self._heartbeat_due_in())
+                self._wait(self._idle_wait() if wanted and free > 0 else self._heartbeat_due_in())
             except _DB_ERRORS as exc:
                 self._lost_connection(exc)
 
