@@ -7,6 +7,8 @@ STAMP  := $(VENV)/.installed-stamp
 .PHONY: install test demo bench lint clean
 
 $(STAMP): pyproject.toml
+	command -v chromium >/dev/null || command -v /usr/bin/chromium >/dev/null || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e . --group dev

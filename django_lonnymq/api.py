@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -22,6 +23,8 @@ from .conf import settings, to_ms
 from .exceptions import InvalidArgument, PayloadError, PriorityWithSchedule, sql_errors
 
 _UNSET: Any = object()
+# A \u0000 escape in JSON text that is not an escaped backslash followed by "u0000".
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,7 @@ def _payload(value: Any, field: str = "payload") -> str:
         raise PayloadError(
             field, "must be JSON-serializable", type(value).__name__, message=f"{field} must be JSON-serializable: {exc}"
         ) from exc
-    if "\\u0000" in text:
+    if _NUL_ESCAPE.search(text):
         raise PayloadError(field, "must not contain NUL characters (PostgreSQL jsonb refuses them)", "\\u0000")
     limit = settings.MAX_PAYLOAD_BYTES
     size = len(text.encode("utf-8"))

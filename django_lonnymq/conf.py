@@ -57,8 +57,8 @@ DURATIONS = {
 def to_ms(value: timedelta | float | int) -> int:
     """A duration as whole milliseconds."""
     if isinstance(value, timedelta):
-        return int(value.total_seconds() * 1000)
-    return int(float(value) * 1000)
+        return value // timedelta(milliseconds=1)
+    return round(float(value) * 1000)
 
 
 class Settings:

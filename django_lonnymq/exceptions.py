@@ -48,20 +48,12 @@ class MessageNotFound(LonnyMQError):
     """The message no longer exists: acked, cancelled or dead."""
 
 
-class MessageInFlight(LonnyMQError):
-    """The message is leased by a worker; the operation needs it at rest."""
-
-
 class UnsupportedIsolation(LonnyMQError):
     """The operation needs READ COMMITTED."""
 
 
 class NoHandler(LonnyMQError):
     """A worker was asked to serve a queue that has no registered handler."""
-
-
-class ConfigurationError(LonnyMQError):
-    """The settings or the database alias cannot work."""
 
 
 class Retry(Exception):  # noqa: N818 - a request, not an error
@@ -86,7 +78,6 @@ _SQLSTATE_TYPES: dict[str, type[LonnyMQError]] = {
     "LQ002": PriorityWithSchedule,
     "LQ003": LeaseLost,
     "LQ004": MessageNotFound,
-    "LQ005": MessageInFlight,
     "LQ006": UnsupportedIsolation,
 }
 

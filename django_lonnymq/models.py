@@ -35,6 +35,9 @@ class Channel(models.Model):
     last_dequeue_at = models.BigIntegerField(null=True, blank=True, editable=False)
     next_dequeue_at = models.BigIntegerField(null=True, blank=True, editable=False)
     turn = models.BigIntegerField(default=0, editable=False)
+    released_total = models.BigIntegerField(
+        default=0, editable=False, help_text="Messages released (leased) from this channel, ever."
+    )
     created_at = models.DateTimeField(default=timezone.now, editable=False)
 
     class Meta:
@@ -241,3 +244,97 @@ class TaskResultRecord(models.Model):
 
     def __str__(self) -> str:
         return f"task result {self.id}"
+
+
+# ---------------------------------------------------------------------------------------
+# Queue samples (0003): the operators' figures and their history
+# ---------------------------------------------------------------------------------------
+
+
+
+def stats_query(name: str) -> str:
+    """A named query of ``sql/stats.sql`` (the operators' figures)."""
+    from . import sql
+
+    return sql.queries("stats.sql")[name]
+
+
+class QueueSample(models.Model):
+    """A queue's figures at one moment: live (unsaved, from :meth:`live`) or recorded history.
+
+    Recorded by ``manage.py lonnymq_stats --record`` into the table of
+    ``sql/0003_queue_sample.up.sql``; the dashboard charts the history. Counts are exact at
+    ``at`` (see docs/admin.md for what each costs).
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    queue = models.CharField(max_length=100)
+    at = models.DateTimeField(default=timezone.now)
+    channels = models.BigIntegerField()
+    paused_channels = models.BigIntegerField()
+    ready = models.BigIntegerField()
+    scheduled = models.BigIntegerField()
+    in_flight = models.BigIntegerField()
+    dead = models.BigIntegerField()
+    oldest_ready_ms = models.BigIntegerField(
+        null=True, blank=True, help_text="How long the most overdue ready message had been due (ms)."
+    )
+
+    class Meta:
+        db_table = "lonnymq_queue_sample"
+        ordering = ["queue", "at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(
+                    channels__gte=0,
+                    paused_channels__gte=0,
+                    ready__gte=0,
+                    scheduled__gte=0,
+                    in_flight__gte=0,
+                    dead__gte=0,
+                ),
+                name="lonnymq_queue_sample_counts_nonnegative",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["queue", "at"], name="lonnymq_sample_queue_at_idx"),
+            models.Index(fields=["at"], name="lonnymq_queue_sample_at_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+    @property
+    def depth(self) -> int:
+        """Messages waiting: ready plus scheduled."""
+        return self.ready + self.scheduled
+
+    @property
+    def oldest_ready_seconds(self) -> float | None:
+        """How long the most overdue ready message had been due, in seconds (None: none ready)."""
+        return None if self.oldest_ready_ms is None else self.oldest_ready_ms / 1000
+
+    @classmethod
+    def live(cls, queues: list[str] | None = None, *, using: str | None = None) -> list[QueueSample]:
+        """The figures of every queue (or of ``queues``) now, as unsaved samples."""
+        from .conf import settings
+
+        alias = using or settings.DATABASE
+        samples: list[QueueSample] = list(
+            cls.objects.using(alias).raw(stats_query("queue_stats"), {"queues": queues})
+        )
+        for sample in samples:
+            sample._state.adding = True  # not stored: saving would insert it
+        return samples
+
+    @classmethod
+    def record(cls, *, keep_ms: int = 86_400_000, using: str | None = None) -> list[QueueSample]:
+        """Record a sample of every queue now; drop samples older than ``keep_ms``."""
+        from .conf import settings
+        from .exceptions import sql_errors
+
+        with sql_errors():
+            rows = cls.objects.using(using or settings.DATABASE).raw(
+                stats_query("record_samples"), {"keep_ms": keep_ms}
+            )
+            return list(rows)

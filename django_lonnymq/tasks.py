@@ -189,8 +189,14 @@ class LonnyMQBackend(BaseTaskBackend):
     def check(self, **kwargs: Any) -> list[Any]:
         from django.core.checks import Error
 
-        if connections[self.database].vendor != "postgresql":
-            return [Error(f"task backend {self.alias!r} needs a PostgreSQL database", id="lonnymq.E005")]
+        if self.database not in connections.settings or connections[self.database].vendor != "postgresql":
+            return [
+                Error(
+                    f"task backend {self.alias!r} needs a PostgreSQL database alias, got {self.database!r}",
+                    hint="Set OPTIONS['DATABASE'] (or LONNYMQ_DATABASE) to a PostgreSQL alias in DATABASES.",
+                    id="lonnymq.E005",
+                )
+            ]
         return []
 
 

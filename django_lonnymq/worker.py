@@ -27,7 +27,7 @@ from django.db import close_old_connections, connections
 
 from . import sql
 from .conf import settings, to_ms
-from .exceptions import Discard, InvalidArgument, LeaseLost, Retry, sql_errors
+from .exceptions import Discard, InvalidArgument, LeaseLost, MessageNotFound, Retry, sql_errors
 from .message import Message
 from .registry import get_handler
 
@@ -208,6 +208,11 @@ class Worker:
             autocommit=True,
             application_name=f"lonnymq-worker {self.name}"[:63],
             connect_timeout=5,
+            # A silent network partition is noticed within about a minute.
+            keepalives=1,
+            keepalives_idle=30,
+            keepalives_interval=10,
+            keepalives_count=3,
         )
         conn.execute(sql.query("listen"))
         return conn
@@ -374,7 +379,7 @@ class Worker:
             return Outcome(message, "retry", error=request.reason or "retry requested", delay_ms=to_ms(delay))
         except Discard as request:
             return Outcome(message, "discard", error=request.reason)
-        except Exception as exc:  # a failing handler must never kill the worker
+        except BaseException as exc:  # a failing handler (even SystemExit) must never kill the worker
             logger.warning("message %s of %s failed on attempt %d: %r", message.id, message.queue, message.attempt, exc)
             return Outcome(message, "fail", error=describe_exception(exc))
         finally:
@@ -440,7 +445,7 @@ class Worker:
                     "tolerance_ms": settings.ms("WAKE_TOLERANCE"),
                 },
             )
-        except LeaseLost:
+        except (LeaseLost, MessageNotFound):
             self._report_lost(message)
             return
         except Exception as exc:

@@ -1,4 +1,9 @@
 from django.contrib import admin
 from django.urls import path
 
-urlpatterns = [path("admin/", admin.site.urls)]
+from django_lonnymq.views import metrics
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("metrics/lonnymq/", metrics, name="lonnymq-metrics"),
+]

@@ -40,6 +40,7 @@ class Migration(migrations.Migration):
                         ('last_dequeue_at', models.BigIntegerField(blank=True, editable=False, null=True)),
                         ('next_dequeue_at', models.BigIntegerField(blank=True, editable=False, null=True)),
                         ('turn', models.BigIntegerField(default=0, editable=False)),
+                ('released_total', models.BigIntegerField(default=0, editable=False, help_text='Messages released (leased) from this channel, ever.')),
                         ('created_at', models.DateTimeField(default=django.utils.timezone.now, editable=False)),
                     ],
                     options={

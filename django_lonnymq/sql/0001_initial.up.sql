@@ -4,7 +4,7 @@
 -- class 'LQ' and are mapped to Python exceptions in django_lonnymq/exceptions.py.
 --   LQ001 invalid argument          LQ002 priority with a future run time
 --   LQ003 stale lease               LQ004 message not found
---   LQ005 message in flight         LQ006 unsupported isolation level
+--   LQ006 unsupported isolation level
 -- The locking argument for these functions is written down in docs/locking.md.
 
 -- ---------------------------------------------------------------------------------------
@@ -22,6 +22,7 @@ CREATE TABLE lonnymq_channel (
     last_dequeue_at     bigint      NULL,
     next_dequeue_at     bigint      NULL,
     turn                bigint      NOT NULL DEFAULT 0,
+    released_total      bigint      NOT NULL DEFAULT 0,
     created_at          timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT lonnymq_channel_queue_name_uniq UNIQUE (queue, name),
     CONSTRAINT lonnymq_channel_queue_length CHECK (char_length(queue) BETWEEN 1 AND 100),
@@ -616,6 +617,7 @@ BEGIN
        SET next_dequeue_at = u.next_at,
            turn = v_turn_base + u.ord,
            last_dequeue_at = CASE WHEN u.leased > 0 THEN v_now ELSE c.last_dequeue_at END,
+           released_total = c.released_total + u.leased,
            in_flight = c.in_flight + CASE WHEN c.max_concurrency IS NOT NULL THEN u.leased ELSE 0 END
       FROM unnest(v_next_ids, v_next_at, v_next_leased) WITH ORDINALITY AS u(channel_id, next_at, leased, ord)
      WHERE c.id = u.channel_id;
@@ -764,6 +766,11 @@ DECLARE
     v_slots bigint[];
     v_ch    record;
 BEGIN
+    -- Lock every channel row this call may touch, in id order, before touching any: giving
+    -- slots back and waking channels must not take them in two different orders.
+    PERFORM 1 FROM lonnymq_channel c
+      WHERE c.id IN (SELECT m.channel_id FROM lonnymq_message m WHERE m.id = ANY (p_ids))
+      ORDER BY c.id FOR NO KEY UPDATE;
     SELECT array_agg(m.channel_id) FILTER (WHERE m.slot_taken) INTO v_slots
       FROM lonnymq_message m WHERE m.id = ANY (p_ids);
     UPDATE lonnymq_message m
@@ -821,7 +828,7 @@ BEGIN
         RAISE EXCEPTION 'lease on message % is stale: it expired and the message was released again', p_id
             USING ERRCODE = 'LQ003';
     END IF;
-    IF p_discard OR (p_retry_delay_ms IS NULL AND v_msg.attempts >= v_msg.max_attempts) THEN
+    IF p_discard OR v_msg.attempts >= v_msg.max_attempts THEN
         PERFORM lonnymq_bury_v1(ARRAY[p_id], CASE WHEN p_discard THEN 'discarded' ELSE 'failed' END, p_error);
         RETURN 'dead';
     END IF;
@@ -911,7 +918,7 @@ BEGIN
          WHERE (d.channel_id, d.dedup_key) IN (
              SELECT dd.channel_id, dd.dedup_key FROM lonnymq_dedup dd
               WHERE dd.created_at < clock_timestamp() - make_interval(secs => p_dedup_window_ms / 1000.0)
-              LIMIT p_limit FOR UPDATE SKIP LOCKED);
+              LIMIT p_limit * 20 FOR UPDATE SKIP LOCKED);
     END IF;
     RETURN coalesce(cardinality(v_dead), 0) + coalesce(cardinality(v_back), 0);
 END
@@ -933,6 +940,15 @@ DECLARE
     v_ids bigint[] := ARRAY[]::bigint[];
     v_channel_id bigint;
 BEGIN
+    -- Channels first (created in name order if missing, then locked in id order), so
+    -- requeues and enqueues over several channels take channel locks in one order.
+    PERFORM lonnymq_channel_id_v1(x.queue, x.channel) FROM (
+        SELECT DISTINCT d.queue, d.channel FROM lonnymq_dead_message d
+         WHERE d.id = ANY (p_ids) ORDER BY d.queue, d.channel) x;
+    PERFORM 1 FROM lonnymq_channel c
+      JOIN (SELECT DISTINCT d.queue, d.channel FROM lonnymq_dead_message d WHERE d.id = ANY (p_ids)) x
+        ON c.queue = x.queue AND c.name = x.channel
+     ORDER BY c.id FOR NO KEY UPDATE OF c;
     FOR v_row IN
         SELECT d.* FROM lonnymq_dead_message d WHERE d.id = ANY (p_ids) ORDER BY d.id FOR UPDATE
     LOOP
@@ -1009,28 +1025,40 @@ BEGIN
 END
 $$;
 
--- Delete every message of a channel that is not in flight. Returns how many.
+-- Delete every message of a channel that is not in flight (and free their dedup keys).
+-- Returns how many.
 CREATE FUNCTION lonnymq_purge_channel_v1(p_channel_id bigint) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     v_n integer;
 BEGIN
-    DELETE FROM lonnymq_message m WHERE m.channel_id = p_channel_id AND m.lease_token IS NULL;
-    GET DIAGNOSTICS v_n = ROW_COUNT;
+    WITH gone AS (
+        DELETE FROM lonnymq_message m WHERE m.channel_id = p_channel_id AND m.lease_token IS NULL
+        RETURNING m.id, m.dedup_key
+    ), freed AS (
+        DELETE FROM lonnymq_dedup d USING gone g
+         WHERE d.channel_id = p_channel_id AND d.dedup_key = g.dedup_key AND d.message_id = g.id
+    )
+    SELECT count(*) INTO v_n FROM gone;
     RETURN v_n;
 END
 $$;
 
--- Create or change a channel's limits. NULL p_max_concurrency means unlimited. A new limit
--- counts leases taken from then on; work already running finishes uncounted.
+-- Create or change a channel's limits. NULL p_max_concurrency means unlimited.
+-- Setting a limit on a channel that had none starts counting the leases already running, so
+-- the limit holds at once. Their message rows are claimed with SKIP LOCKED after the channel
+-- row is locked: a message locked right now is being acked, failed or reaped, i.e. leaving
+-- flight, and waiting on it could deadlock with an ack (message row, then channel row).
 CREATE FUNCTION lonnymq_configure_channel_v1(
     p_queue text, p_channel text, p_max_concurrency integer, p_release_interval_ms bigint,
     p_paused boolean DEFAULT false
 ) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_id bigint;
-    v_head bigint;
+    v_id      bigint;
+    v_head    bigint;
+    v_old     lonnymq_channel%ROWTYPE;
+    v_counted integer := 0;
 BEGIN
     IF p_max_concurrency IS NOT NULL AND p_max_concurrency < 1 THEN
         PERFORM lonnymq_raise_invalid_v1('max_concurrency', 'must be positive or null (unlimited)', p_max_concurrency::text);
@@ -1039,12 +1067,24 @@ BEGIN
         PERFORM lonnymq_raise_invalid_v1('release_interval_ms', 'must not be negative', p_release_interval_ms::text);
     END IF;
     v_id := lonnymq_channel_id_v1(p_queue, p_channel);
+    SELECT * INTO v_old FROM lonnymq_channel c WHERE c.id = v_id FOR NO KEY UPDATE;
+    IF v_old.max_concurrency IS NULL AND p_max_concurrency IS NOT NULL THEN
+        WITH claimed AS (
+            UPDATE lonnymq_message m SET slot_taken = true
+             WHERE m.id IN (SELECT mm.id FROM lonnymq_message mm
+                             WHERE mm.lease_until IS NOT NULL AND mm.channel_id = v_id AND NOT mm.slot_taken
+                               FOR UPDATE SKIP LOCKED)
+            RETURNING 1
+        )
+        SELECT count(*) INTO v_counted FROM claimed;
+    END IF;
     SELECT mm.dequeue_at INTO v_head FROM lonnymq_message mm
      WHERE mm.channel_id = v_id AND mm.lease_until IS NULL ORDER BY mm.dequeue_at, mm.id LIMIT 1;
     UPDATE lonnymq_channel c
        SET max_concurrency = p_max_concurrency,
            release_interval_ms = p_release_interval_ms,
            paused = coalesce(p_paused, false),
+           in_flight = c.in_flight + v_counted,
            next_dequeue_at = CASE WHEN v_head IS NULL THEN c.next_dequeue_at
                                   ELSE least(coalesce(c.next_dequeue_at, v_head),
                                              greatest(v_head, c.last_dequeue_at + p_release_interval_ms)) END

@@ -18,15 +18,20 @@ def read(filename: str) -> str:
     return resources.files(__package__).joinpath(filename).read_text(encoding="utf-8")
 
 
+QUERY_FILES = ("queries.sql", "stats.sql")
+
+
 @functools.cache
-def queries() -> dict[str, str]:
-    """All named queries of ``queries.sql``, parsed once."""
-    text = read("queries.sql")
-    parts = _NAME.split(text)
+def queries(filename: str | None = None) -> dict[str, str]:
+    """Named queries of one file, or of every file in :data:`QUERY_FILES`, parsed once."""
     named: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2]):
-        lines = [line for line in body.strip().splitlines() if not line.lstrip().startswith("--")]
-        named[name] = "\n".join(lines).strip()
+    for name_of_file in (filename,) if filename else QUERY_FILES:
+        parts = _NAME.split(read(name_of_file))
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            if name in named:
+                raise ValueError(f"query {name!r} is defined twice ({name_of_file})")
+            lines = [line for line in body.strip().splitlines() if not line.lstrip().startswith("--")]
+            named[name] = "\n".join(lines).strip()
     return named
 
 
@@ -35,4 +40,4 @@ def query(name: str) -> str:
     try:
         return queries()[name]
     except KeyError:
-        raise KeyError(f"no query named {name!r} in queries.sql") from None
+        raise KeyError(f"no query named {name!r} in {', '.join(QUERY_FILES)}") from None

@@ -1,0 +1,143 @@
+"""End to end in a real headless browser (Debian's chromium, driven by Playwright): log in,
+change a channel's limit, requeue a dead message, screenshot the dashboard.
+
+Fails, never skips, when chromium or Playwright is missing: ``make test`` installs both.
+The screenshots land in ``test-output/`` at the repository root: ``dashboard.png`` (and
+``channels.png``, ``dead_messages.png`` on the way).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connections
+
+from django_lonnymq import api
+from django_lonnymq.models import Channel, DeadMessage, Message, QueueSample
+
+from .conftest import ack, dequeue, make_dead
+
+ROOT = Path(__file__).resolve().parents[2]
+OUTPUT = ROOT / "test-output"
+SCREENSHOT = OUTPUT / "dashboard.png"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+QUEUE = "transcode"
+
+
+def chromium_path() -> str:
+    found = CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium")
+    if not found:
+        pytest.fail(
+            "chromium is not installed; the browser test needs Debian's chromium: "
+            "apt-get update && apt-get install -y chromium"
+        )
+    return found
+
+
+def workload() -> int:
+    """A small real history: tenants enqueue, a worker drains, samples are recorded between.
+    Returns the id of a dead message of tenant acme."""
+    dead_id = make_dead(
+        QUEUE, channel="acme", error="Traceback (most recent call last):\nValueError: corrupt input"
+    )
+    make_dead(QUEUE, channel="globex", error="TimeoutError: upstream took 31 s")
+    api.configure_channel(QUEUE, "acme", max_concurrency=2)
+    api.configure_channel(QUEUE, "initech", release_interval=0.1)
+    for n in range(40):
+        api.enqueue(QUEUE, {"video": n}, channel=("acme", "globex", "initech", "umbrella")[n % 4])
+    api.enqueue(QUEUE, {"video": "nightly"}, channel="globex", delay=3600)
+    for round_ in range(16):
+        QueueSample.record()
+        leased = dequeue(QUEUE, batch_size=3)
+        for message_id, *rest in leased[: 2 if round_ % 4 == 0 else 3]:  # some stay in flight
+            ack(message_id, rest[7])
+        if round_ in (5, 6, 7):
+            api.enqueue_many(QUEUE, [{"video": f"burst-{round_}-{n}"} for n in range(4)], channel="umbrella")
+        time.sleep(0.25)
+    QueueSample.record()
+    return dead_id
+
+
+def test_ops_change_a_limit_requeue_and_see_the_dashboard(live_server, transactional_db, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    executable = chromium_path()
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("playwright is not installed: pip install playwright (the dev dependency group has it)")
+    # Playwright's sync API runs an event loop in this thread; the ORM calls between the
+    # browser steps are plain synchronous test code.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+    User.objects.create_superuser("ops", "ops@example.com", "correct horse battery")
+    dead_id = workload()
+    acme = Channel.objects.get(queue=QUEUE, name="acme")
+    assert acme.max_concurrency == 2
+
+    SCREENSHOT.parent.mkdir(exist_ok=True)
+    SCREENSHOT.unlink(missing_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 900})
+            page.set_default_timeout(15_000)
+
+            # Log in.
+            page.goto(f"{live_server.url}/admin/login/?next=/admin/")
+            page.fill("#id_username", "ops")
+            page.fill("#id_password", "correct horse battery")
+            page.click("input[type=submit]")
+            page.wait_for_selector("#site-name")
+            assert "Site administration" in page.content()
+
+            # Change acme's concurrency limit in the channel list.
+            page.goto(f"{live_server.url}/admin/django_lonnymq/channel/?queue={QUEUE}&q=acme")
+            limit = page.locator("input[name='form-0-max_concurrency']")
+            assert limit.input_value() == "2"
+            limit.fill("5")
+            page.click("input[name='_save']")
+            page.wait_for_selector("ul.messagelist li.success")
+            assert page.locator("input[name='form-0-max_concurrency']").input_value() == "5"
+            page.goto(f"{live_server.url}/admin/django_lonnymq/channel/?queue={QUEUE}")
+            page.screenshot(path=str(OUTPUT / "channels.png"), full_page=True)
+            acme.refresh_from_db()
+            assert acme.max_concurrency == 5
+
+            # Requeue acme's dead message.
+            page.goto(f"{live_server.url}/admin/django_lonnymq/deadmessage/?queue={QUEUE}")
+            page.screenshot(path=str(OUTPUT / "dead_messages.png"), full_page=True)
+            page.check(f"input[name='_selected_action'][value='{dead_id}']")
+            page.select_option("select[name='action']", "requeue")
+            page.click("button[name='index']")
+            page.wait_for_selector("ul.messagelist li.success")
+            assert "Requeued 1 dead messages" in page.locator("ul.messagelist").inner_text()
+            assert not DeadMessage.objects.filter(pk=dead_id).exists()
+            assert Message.objects.get(pk=dead_id).attempts == 0
+
+            # The dashboard, with the history recorded above and the figures now.
+            QueueSample.record()
+            page.goto(f"{live_server.url}/admin/django_lonnymq/channel/dashboard/?queue={QUEUE}&minutes=15")
+            page.wait_for_selector("svg.lq-chart polyline")
+            assert page.locator("svg.lq-chart").count() == 2
+            figures = page.locator("#lq-figures").inner_text()
+            assert "in flight" in figures and "oldest ready message has waited" in figures
+            page.screenshot(path=str(SCREENSHOT), full_page=True)
+        finally:
+            browser.close()
+            # ORM calls inside this block ran on connections of Playwright's context (Django's
+            # connections are context-local): close them, or they outlive the test database.
+            connections.close_all()
+
+    assert SCREENSHOT.exists() and SCREENSHOT.stat().st_size > 10_000

@@ -1,0 +1,11 @@
+"""The example project's URLs plus the metrics view, as docs/admin.md shows."""
+
+from django.contrib import admin
+from django.urls import path
+
+from django_lonnymq.views import metrics
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("metrics/", metrics, name="lonnymq-metrics"),
+]

@@ -1,0 +1,44 @@
+"""lonnymq_check_v1 (api.check) sees broken scheduler state, so its [] elsewhere means something."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from django_lonnymq import api, enqueue
+
+from .helpers import configure, db_now_ms, dequeue
+
+pytestmark = pytest.mark.django_db
+
+
+def _execute(statement: str, params=None) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+
+
+def test_check_reports_an_in_flight_counter_that_disagrees_with_the_leases():
+    configure("chk", "c", max_concurrency=2)
+    enqueue("chk", "x", channel="c")
+    dequeue("chk")
+    assert api.check() == []
+    _execute("UPDATE lonnymq_channel SET in_flight = 0 WHERE queue = 'chk'")
+    [problem] = api.check()
+    assert (problem.queue, problem.channel, problem.problem) == ("chk", "c", "in_flight_mismatch")
+    assert "in_flight=0" in problem.detail and "leases=1" in problem.detail
+
+
+def test_check_reports_a_stranded_channel():
+    message_id = enqueue("chk", "x", channel="s")
+    _execute("UPDATE lonnymq_message SET dequeue_at = %s WHERE id = %s", [db_now_ms() - 10_000, message_id])
+    _execute("UPDATE lonnymq_channel SET next_dequeue_at = NULL WHERE queue = 'chk'")
+    [problem] = api.check()
+    assert (problem.channel, problem.problem) == ("s", "stranded")
+    assert dequeue("chk") == []  # really stranded: dequeue cannot see it
+
+
+def test_check_ignores_paused_channels_and_future_messages():
+    enqueue("chk", "later", channel="f", delay=3600)
+    api.configure_channel("chk", "p", paused=True)
+    enqueue("chk", "x", channel="p")
+    assert api.check(grace=0) == []

@@ -1,0 +1,197 @@
+"""One test per system check id in django_lonnymq/checks.py, run through Django's registry."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from datetime import timedelta
+
+import pytest
+from asgiref.local import Local
+from django.core.checks import Error, run_checks
+from django.core.checks.registry import registry
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.db import connections
+from django.db.utils import ConnectionHandler
+from django.test import override_settings
+from django_tasks import task_backends
+
+
+def lonnymq_errors(*, everything: bool = False) -> list[Error]:
+    """The errors the checks registered by django_lonnymq/checks.py report, called through
+    Django's registry; ``everything``: all registered checks, as ``manage.py check`` runs them
+    (that includes the Django Tasks backend's own check, lonnymq.E005)."""
+    if everything:
+        found = run_checks(databases=["default"])
+    else:
+        found = []
+        for check in registry.registered_checks:
+            if check.__module__ == "django_lonnymq.checks":
+                found += check(app_configs=None, databases=["default"])
+    return [e for e in found if e.id and e.id.startswith("lonnymq.")]
+
+
+@contextmanager
+def queue_alias(alias: str):
+    """LONNYMQ_DATABASE=alias, with task backends rebuilt on the way in and out."""
+    task_backends._connections = Local()
+    try:
+        with override_settings(LONNYMQ_DATABASE=alias):
+            yield
+    finally:
+        task_backends._connections = Local()
+
+
+@pytest.fixture(autouse=True)
+def fresh_task_backends():
+    """The Django Tasks backend reads LONNYMQ_DATABASE once, when it is built: build it anew
+    for each test, and do not leave one built under overridden settings to later tests."""
+    task_backends._connections = Local()
+    yield
+    task_backends._connections = Local()
+
+
+def ids(errors: list[Error]) -> list[str]:
+    return [e.id for e in errors]
+
+
+@pytest.fixture
+def sqlite_alias(settings):
+    """A real second alias, ``lite``, on SQLite: in DATABASES and in the connection handler."""
+    lite = {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
+    databases = {**settings.DATABASES, "lite": lite}
+    settings.DATABASES = databases
+    # django.db.connections caches its settings (override_settings does not refresh them):
+    # add the alias the way the handler configures it from DATABASES.
+    connections.settings["lite"] = ConnectionHandler(databases).settings["lite"]
+    try:
+        yield "lite"
+    finally:
+        if hasattr(connections._connections, "lite"):
+            connections["lite"].close()
+            del connections["lite"]
+        del connections.settings["lite"]
+
+
+def test_the_test_settings_pass_every_check():
+    assert lonnymq_errors() == []
+    assert lonnymq_errors(everything=True) == []
+
+
+def test_the_checks_are_registered():
+    names = {c.__name__ for c in registry.registered_checks if c.__module__ == "django_lonnymq.checks"}
+    assert names == {"check_database", "check_settings"}
+
+
+# ---------------------------------------------------------------------------------------
+# E001: the alias must exist and be PostgreSQL
+# ---------------------------------------------------------------------------------------
+
+
+def test_e001_alias_missing_from_databases():
+    with queue_alias("nowhere"):
+        errors = lonnymq_errors()
+    assert ids(errors) == ["lonnymq.E001"]
+    assert "'nowhere'" in errors[0].msg and "not in DATABASES" in errors[0].msg
+    assert "default" in errors[0].hint
+
+
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
+def test_e001_alias_is_not_postgresql(sqlite_alias):
+    assert connections[sqlite_alias].vendor == "sqlite"
+    with queue_alias(sqlite_alias):
+        errors = lonnymq_errors()
+        everything = lonnymq_errors(everything=True)
+    assert ids(errors) == ["lonnymq.E001"]
+    assert "needs PostgreSQL" in errors[0].msg and "sqlite" in errors[0].msg
+    # E005 too: the tasks backend defaults to the queue's alias.
+    assert sorted(ids(everything)) == ["lonnymq.E001", "lonnymq.E005"]
+    # The same second alias is fine as long as the queue does not use it.
+    assert lonnymq_errors(everything=True) == []
+
+
+def test_manage_py_check_reports_e001_for_a_missing_alias_instead_of_crashing():
+    with queue_alias("nowhere"), pytest.raises(SystemCheckError, match="lonnymq.E001"):
+        call_command("check", verbosity=0)
+    call_command("check", verbosity=0)  # and passes with the real settings
+
+
+# ---------------------------------------------------------------------------------------
+# E002: durations must be positive
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("LEASE", 0),
+        ("LEASE", -5),
+        ("LEASE", timedelta(seconds=-1)),
+        ("POLL_INTERVAL", "soon"),
+        ("RETRY_BACKOFF_BASE", None),
+        ("WAKE_TOLERANCE", timedelta(0)),
+        ("DEDUP_WINDOW", 0.0001),  # rounds to 0 ms
+    ],
+)
+def test_e002_non_positive_duration(name, value):
+    with override_settings(**{f"LONNYMQ_{name}": value}):
+        errors = lonnymq_errors()
+    assert ids(errors) == ["lonnymq.E002"]
+    assert f"LONNYMQ_{name}" in errors[0].msg and repr(value) in errors[0].msg
+
+
+def test_e002_accepts_timedeltas_and_seconds():
+    with override_settings(LONNYMQ_LEASE=timedelta(minutes=2), LONNYMQ_POLL_INTERVAL=0.5):
+        assert lonnymq_errors() == []
+
+
+# ---------------------------------------------------------------------------------------
+# E003: MAX_ATTEMPTS
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [0, -1, 1001, "5", 2.0, True, None])
+def test_e003_max_attempts_out_of_range(value):
+    with override_settings(LONNYMQ_MAX_ATTEMPTS=value):
+        errors = lonnymq_errors()
+    assert ids(errors) == ["lonnymq.E003"]
+    assert "LONNYMQ_MAX_ATTEMPTS" in errors[0].msg
+
+
+@pytest.mark.parametrize("value", [1, 1000])
+def test_e003_max_attempts_bounds_are_allowed(value):
+    with override_settings(LONNYMQ_MAX_ATTEMPTS=value):
+        assert lonnymq_errors() == []
+
+
+# ---------------------------------------------------------------------------------------
+# E004: MAX_PAYLOAD_BYTES
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [0, -1, 8 * 1024 * 1024 + 1, "1MB", False, 1.5])
+def test_e004_payload_limit_out_of_range(value):
+    with override_settings(LONNYMQ_MAX_PAYLOAD_BYTES=value):
+        errors = lonnymq_errors()
+    assert ids(errors) == ["lonnymq.E004"]
+    assert "LONNYMQ_MAX_PAYLOAD_BYTES" in errors[0].msg
+
+
+def test_several_bad_settings_are_all_reported():
+    with override_settings(LONNYMQ_LEASE=0, LONNYMQ_MAX_ATTEMPTS=0, LONNYMQ_MAX_PAYLOAD_BYTES=0):
+        assert sorted(ids(lonnymq_errors())) == ["lonnymq.E002", "lonnymq.E003", "lonnymq.E004"]
+
+
+# ---------------------------------------------------------------------------------------
+# E005 (django_lonnymq/tasks.py): the Django Tasks backend needs PostgreSQL
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
+def test_e005_task_backend_on_a_non_postgresql_alias(sqlite_alias, settings):
+    settings.TASKS = {
+        "default": {"BACKEND": "django_lonnymq.tasks.LonnyMQBackend", "OPTIONS": {"DATABASE": sqlite_alias}}
+    }
+    errors = lonnymq_errors(everything=True)
+    assert ids(errors) == ["lonnymq.E005"]
+    assert "'default'" in errors[0].msg and "PostgreSQL" in errors[0].msg
