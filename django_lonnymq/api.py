@@ -58,10 +58,15 @@ def _payload(value: Any, field: str = "payload") -> str:
         text = json.dumps(value, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise PayloadError(
-            field, "must be JSON-serializable", type(value).__name__, message=f"{field} must be JSON-serializable: {exc}"
+            field,
+            "must be JSON-serializable",
+            type(value).__name__,
+            message=f"{field} must be JSON-serializable: {exc}",
         ) from exc
     if _NUL_ESCAPE.search(text):
-        raise PayloadError(field, "must not contain NUL characters (PostgreSQL jsonb refuses them)", "\\u0000")
+        raise PayloadError(
+            field, "must not contain NUL characters (PostgreSQL jsonb refuses them)", "\\u0000"
+        )
     limit = settings.MAX_PAYLOAD_BYTES
     size = len(text.encode("utf-8"))
     if size > limit:
@@ -219,7 +224,9 @@ def enqueue_many(
         item = raw if isinstance(raw, Item) else Item(payload=raw)
         where = f"items[{index}]"
         item_channel = _name(f"{where}.channel", item.channel if item.channel is not None else channel, 200)
-        item_priority = _int(f"{where}.priority", priority if item.priority is None else item.priority, 0, 100)
+        item_priority = _int(
+            f"{where}.priority", priority if item.priority is None else item.priority, 0, 100
+        )
         item_run_at = item.run_at if item.run_at is not None or item.delay is not None else run_at
         item_delay = item.delay if item.run_at is not None or item.delay is not None else delay
         run_at_ms, delay_ms = _when(item_run_at, item_delay, item_priority)

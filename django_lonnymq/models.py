@@ -82,9 +82,7 @@ class Message(models.Model):
     """A message waiting, scheduled, or in flight (leased by a worker)."""
 
     id = models.BigAutoField(primary_key=True)
-    channel = models.ForeignKey(
-        Channel, on_delete=models.PROTECT, related_name="messages", db_index=False
-    )
+    channel = models.ForeignKey(Channel, on_delete=models.PROTECT, related_name="messages", db_index=False)
     payload = models.JSONField()
     dequeue_at = models.BigIntegerField(help_text="Not released before this time (ms since epoch).")
     priority = models.SmallIntegerField(default=0)
@@ -249,7 +247,6 @@ class TaskResultRecord(models.Model):
 # ---------------------------------------------------------------------------------------
 # Queue samples (0003): the operators' figures and their history
 # ---------------------------------------------------------------------------------------
-
 
 
 def stats_query(name: str) -> str:

@@ -79,7 +79,10 @@ def autodiscover() -> None:
         import_module(module)
     from django.conf import settings as django_settings
 
-    if any(str(c.get("BACKEND", "")).endswith("LonnyMQBackend") for c in getattr(django_settings, "TASKS", {}).values()):
+    if any(
+        str(c.get("BACKEND", "")).endswith("LonnyMQBackend")
+        for c in getattr(django_settings, "TASKS", {}).values()
+    ):
         from .tasks import register_task_handlers
 
         register_task_handlers()

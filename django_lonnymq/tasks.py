@@ -53,7 +53,9 @@ except ImportError:  # Django 5.2 with the django-tasks backport
     from django_tasks.backends.base import BaseTaskBackend  # type: ignore[no-redef]
     from django_tasks.base import Task, TaskError  # type: ignore[no-redef]
 
-InvalidTask: type[Exception] = getattr(_task_exceptions, "InvalidTask", None) or _task_exceptions.InvalidTaskError
+InvalidTask: type[Exception] = (
+    getattr(_task_exceptions, "InvalidTask", None) or _task_exceptions.InvalidTaskError
+)
 TaskResultDoesNotExist: type[Exception] = _task_exceptions.TaskResultDoesNotExist
 
 logger = logging.getLogger("django_lonnymq.tasks")
@@ -142,8 +144,13 @@ class LonnyMQBackend(BaseTaskBackend):
             worker_ids=[],
         )
         channel_name = self._channel_for(result.kwargs)
-        payload = {"task": task.module_path, "result_id": result_id, "backend": self.alias,
-                   "args": result.args, "kwargs": result.kwargs}
+        payload = {
+            "task": task.module_path,
+            "result_id": result_id,
+            "backend": self.alias,
+            "args": result.args,
+            "kwargs": result.kwargs,
+        }
         run_after = task.run_after
         with transaction.atomic(using=self.database):
             message_id = api.enqueue(
@@ -212,8 +219,10 @@ def _result_from_record(record: Any, task: Task) -> TaskResult:
         args=record.args,
         kwargs=record.kwargs,
         backend=record.backend,
-        errors=[TaskError(exception_class_path=e["exception_class_path"], traceback=e["traceback"])
-                for e in record.errors],
+        errors=[
+            TaskError(exception_class_path=e["exception_class_path"], traceback=e["traceback"])
+            for e in record.errors
+        ],
         worker_ids=list(record.worker_ids),
     )
     object.__setattr__(result, "_return_value", record.return_value)
@@ -284,9 +293,16 @@ def run_task_message(message: Message) -> None:
     record = records.filter(id=payload["result_id"]).first()
     if record is None:  # results were purged: run anyway, keep an in-memory record
         record = TaskResultRecord(
-            id=payload["result_id"], backend=backend.alias, task_path=task.module_path, queue=message.queue,
-            channel=message.channel, message_id=message.id, status="READY",
-            args=payload.get("args", []), kwargs=payload.get("kwargs", {}), enqueued_at=message.enqueued_at,
+            id=payload["result_id"],
+            backend=backend.alias,
+            task_path=task.module_path,
+            queue=message.queue,
+            channel=message.channel,
+            message_id=message.id,
+            status="READY",
+            args=payload.get("args", []),
+            kwargs=payload.get("kwargs", {}),
+            enqueued_at=message.enqueued_at,
         )
     started = timezone.now()
     record.status = "RUNNING"
@@ -294,7 +310,10 @@ def run_task_message(message: Message) -> None:
     record.last_attempted_at = started
     record.worker_ids = [*record.worker_ids, _worker_id()]
     records.filter(id=record.id).update(
-        status="RUNNING", started_at=record.started_at, last_attempted_at=started, worker_ids=record.worker_ids
+        status="RUNNING",
+        started_at=record.started_at,
+        last_attempted_at=started,
+        worker_ids=record.worker_ids,
     )
     result = _result_from_record(record, task)
     _task_signals.task_started.send(type(backend), task_result=result)
@@ -304,8 +323,10 @@ def run_task_message(message: Message) -> None:
         else:
             value = task.call(*record.args, **record.kwargs)
     except Exception as exc:
-        error = {"exception_class_path": _module_path(type(exc)),
-                 "traceback": "".join(traceback.format_exception(exc))}
+        error = {
+            "exception_class_path": _module_path(type(exc)),
+            "traceback": "".join(traceback.format_exception(exc)),
+        }
         final = message.is_last_attempt
         status = "FAILED" if final else "READY"
         finished = timezone.now() if final else None
@@ -323,7 +344,9 @@ def run_task_message(message: Message) -> None:
     import json
 
     finished = timezone.now()
-    records.filter(id=record.id).update(status="SUCCESSFUL", return_value=json.loads(stored), finished_at=finished)
+    records.filter(id=record.id).update(
+        status="SUCCESSFUL", return_value=json.loads(stored), finished_at=finished
+    )
     record.status, record.return_value, record.finished_at = "SUCCESSFUL", json.loads(stored), finished
     _task_signals.task_finished.send(type(backend), task_result=_result_from_record(record, task))
 

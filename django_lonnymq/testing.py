@@ -16,7 +16,9 @@ from .registry import autodiscover
 from .worker import Stats, Worker
 
 
-def drain(*queues: str, concurrency: int = 1, batch_size: int | None = None, using: str | None = None) -> Stats:
+def drain(
+    *queues: str, concurrency: int = 1, batch_size: int | None = None, using: str | None = None
+) -> Stats:
     """Process every ready message of ``queues`` (all queues with messages when omitted)."""
     autodiscover()
     names: Sequence[str] = queues or sorted(
@@ -24,8 +26,14 @@ def drain(*queues: str, concurrency: int = 1, batch_size: int | None = None, usi
     )
     if not names:
         return Stats()
-    worker = Worker(list(names), concurrency=concurrency, batch_size=batch_size, burst=True, using=using,
-                    shutdown_timeout=5)
+    worker = Worker(
+        list(names),
+        concurrency=concurrency,
+        batch_size=batch_size,
+        burst=True,
+        using=using,
+        shutdown_timeout=5,
+    )
     return worker.run()
 
 
@@ -38,7 +46,12 @@ def enqueued(queue: str, *, channel: str | None = None, using: str | None = None
 
 
 def assert_enqueued(
-    queue: str, *, channel: str | None = None, payload: Any = None, count: int | None = None, using: str | None = None
+    queue: str,
+    *,
+    channel: str | None = None,
+    payload: Any = None,
+    count: int | None = None,
+    using: str | None = None,
 ) -> list[Message]:
     """Assert that ``queue`` holds matching messages; returns them.
 
@@ -48,15 +61,20 @@ def assert_enqueued(
     found = enqueued(queue, channel=channel, using=using)
     if payload is not None:
         if isinstance(payload, dict):
-            found = [m for m in found if isinstance(m.payload, dict)
-                     and all(m.payload.get(k) == v for k, v in payload.items())]
+            found = [
+                m
+                for m in found
+                if isinstance(m.payload, dict) and all(m.payload.get(k) == v for k, v in payload.items())
+            ]
         else:
             found = [m for m in found if m.payload == payload]
     where = f"queue {queue!r}" + (f", channel {channel!r}" if channel else "")
     if count is None and not found:
         raise AssertionError(f"no message matching {payload!r} in {where}")
     if count is not None and len(found) != count:
-        raise AssertionError(f"expected {count} message(s) matching {payload!r} in {where}, found {len(found)}")
+        raise AssertionError(
+            f"expected {count} message(s) matching {payload!r} in {where}, found {len(found)}"
+        )
     return found
 
 
@@ -64,4 +82,6 @@ def assert_nothing_enqueued(queue: str, *, channel: str | None = None, using: st
     """Assert that ``queue`` (or one of its channels) holds no message."""
     found = enqueued(queue, channel=channel, using=using)
     if found:
-        raise AssertionError(f"expected no message in {queue!r}, found {len(found)}: {[m.id for m in found[:10]]}")
+        raise AssertionError(
+            f"expected no message in {queue!r}, found {len(found)}: {[m.id for m in found[:10]]}"
+        )

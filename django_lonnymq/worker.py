@@ -112,7 +112,9 @@ class Worker:
         self.max_messages = max_messages
         self.using = using or settings.DATABASE
         self.shutdown_timeout = (
-            to_ms(shutdown_timeout) / 1000 if shutdown_timeout is not None else settings.ms("SHUTDOWN_TIMEOUT") / 1000
+            to_ms(shutdown_timeout) / 1000
+            if shutdown_timeout is not None
+            else settings.ms("SHUTDOWN_TIMEOUT") / 1000
         )
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.poll_interval = settings.ms("POLL_INTERVAL") / 1000
@@ -153,7 +155,11 @@ class Worker:
             self._threads.append(thread)
         logger.info(
             "worker %s serving %s (concurrency=%d, batch=%d, lease=%.1fs)",
-            self.name, ", ".join(self.queues), self.concurrency, self.batch_size, self.lease_ms / 1000,
+            self.name,
+            ", ".join(self.queues),
+            self.concurrency,
+            self.batch_size,
+            self.lease_ms / 1000,
         )
         try:
             self._loop()
@@ -182,7 +188,9 @@ class Worker:
                 # Fetch a whole batch at a time: leased messages wait in a local buffer (their
                 # leases are extended like running ones, and released on shutdown).
                 wanted = free >= max(1, self.batch_size // 2) or not self._running
-                got = self._fetch(min(free, self.batch_size, self._quota_left())) if wanted and free > 0 else 0
+                got = (
+                    self._fetch(min(free, self.batch_size, self._quota_left())) if wanted and free > 0 else 0
+                )
                 if got:
                     continue
                 if wanted and free > 0:
@@ -269,7 +277,7 @@ class Worker:
     def _fetch(self, want: int) -> int:
         """Lease up to ``want`` messages across the queues (rotating which goes first)."""
         got = 0
-        order = self.queues[self._queue_turn:] + self.queues[: self._queue_turn]
+        order = self.queues[self._queue_turn :] + self.queues[: self._queue_turn]
         self._queue_turn = (self._queue_turn + 1) % len(self.queues)
         for queue_name in order:
             if got >= want:
@@ -292,7 +300,18 @@ class Worker:
         return got
 
     def _dispatch(self, queue_name: str, row: tuple[Any, ...]) -> None:
-        (msg_id, channel, payload, attempts, max_attempts, priority, dedup_key, enqueued_at, token, lease_until) = row
+        (
+            msg_id,
+            channel,
+            payload,
+            attempts,
+            max_attempts,
+            priority,
+            dedup_key,
+            enqueued_at,
+            token,
+            lease_until,
+        ) = row
         message = Message(
             id=msg_id,
             queue=queue_name,
@@ -380,7 +399,9 @@ class Worker:
         except Discard as request:
             return Outcome(message, "discard", error=request.reason)
         except BaseException as exc:  # a failing handler (even SystemExit) must never kill the worker
-            logger.warning("message %s of %s failed on attempt %d: %r", message.id, message.queue, message.attempt, exc)
+            logger.warning(
+                "message %s of %s failed on attempt %d: %r", message.id, message.queue, message.attempt, exc
+            )
             return Outcome(message, "fail", error=describe_exception(exc))
         finally:
             close_old_connections()
@@ -389,11 +410,14 @@ class Worker:
         lease_ms = to_ms(duration) if duration is not None else self.lease_ms
         with sql_errors(), connections[self.using].cursor() as cursor:
             cursor.execute(
-                sql.query("extend"), {"ids": [message.id], "tokens": [str(message.lease_token)], "lease_ms": lease_ms}
+                sql.query("extend"),
+                {"ids": [message.id], "tokens": [str(message.lease_token)], "lease_ms": lease_ms},
             )
             extended = cursor.fetchone()[0]
         if message.id not in extended:
-            raise LeaseLost(f"lease on message {message.id} was lost; another worker may hold it", [message.id])
+            raise LeaseLost(
+                f"lease on message {message.id} was lost; another worker may hold it", [message.id]
+            )
 
     # -- giving leases back ----------------------------------------------------------------
 
@@ -539,7 +563,8 @@ class Worker:
         if self._running:
             logger.warning(
                 "%d handler(s) still running after %.0fs; their messages will be redelivered after the lease",
-                len(self._running), self.shutdown_timeout,
+                len(self._running),
+                self.shutdown_timeout,
             )
         for _ in self._threads:
             self._jobs.put(None)
@@ -554,4 +579,3 @@ def run_worker(queues: Sequence[str], **options: Any) -> Stats:
     worker = Worker(queues, **options)
     worker.install_signal_handlers()
     return worker.run()
-

@@ -26,7 +26,13 @@ TRUNCATE testapp_delivery, testapp_inflight;
 def test_dsn() -> str:
     """libpq connection string of the test database (valid once the test DB exists)."""
     s = connection.settings_dict
-    parts = {"dbname": s["NAME"], "user": s["USER"], "password": s["PASSWORD"], "host": s["HOST"], "port": s["PORT"]}
+    parts = {
+        "dbname": s["NAME"],
+        "user": s["USER"],
+        "password": s["PASSWORD"],
+        "host": s["HOST"],
+        "port": s["PORT"],
+    }
     return " ".join(f"{k}={v}" for k, v in parts.items() if v)
 
 

@@ -81,8 +81,18 @@ def _from_local_binaries() -> str | None:
         capture_output=True,
     )
     subprocess.run(
-        [*prefix, pg_ctl, "-D", datadir, "-w", "-l", os.path.join(datadir, "log"), "start",
-         "-o", f"-p {port} -k {datadir} -c listen_addresses=127.0.0.1 -c max_connections=200"],
+        [
+            *prefix,
+            pg_ctl,
+            "-D",
+            datadir,
+            "-w",
+            "-l",
+            os.path.join(datadir, "log"),
+            "start",
+            "-o",
+            f"-p {port} -k {datadir} -c listen_addresses=127.0.0.1 -c max_connections=200",
+        ],
         check=True,
         capture_output=True,
     )

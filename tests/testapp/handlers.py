@@ -16,8 +16,15 @@ def record(message: Message, event: str) -> None:
         cursor.execute(
             "INSERT INTO testapp_delivery (message_id, queue, channel, attempt, event, pid, payload)"
             " VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb)",
-            [message.id, message.queue, message.channel, message.attempt, event, os.getpid(),
-             __import__("json").dumps(message.payload)],
+            [
+                message.id,
+                message.queue,
+                message.channel,
+                message.attempt,
+                event,
+                os.getpid(),
+                __import__("json").dumps(message.payload),
+            ],
         )
 
 

@@ -18,8 +18,10 @@ def add(a: int, b: int) -> int:
 @task(queue_name="tasks_other")
 def note(text: str, tenant_id: str = "") -> str:
     with connection.cursor() as cursor:
-        cursor.execute("INSERT INTO testapp_delivery (event, channel, payload) VALUES ('task', %s, to_jsonb(%s::text))",
-                       [tenant_id, text])
+        cursor.execute(
+            "INSERT INTO testapp_delivery (event, channel, payload) VALUES ('task', %s, to_jsonb(%s::text))",
+            [tenant_id, text],
+        )
     return text.upper()
 
 

@@ -42,20 +42,46 @@ class Command(BaseCommand):
     help = "Run a queue worker. SIGTERM/SIGINT stop fetching, let running handlers finish, exit 0."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--queue", "-q", action="append", required=True, dest="queues",
-                            help="Queue to serve (repeat for several).")
-        parser.add_argument("--concurrency", "-c", type=positive_int, default=1,
-                            help="Handler threads (default 1).")
-        parser.add_argument("--batch-size", type=positive_int, default=None,
-                            help="Most messages leased per fetch (default: the concurrency; at most 10000).")
-        parser.add_argument("--lease", type=duration, default=None,
-                            help="Lease per message, e.g. 30s (default LONNYMQ_LEASE). Extended while it runs.")
-        parser.add_argument("--burst", action="store_true",
-                            help="Exit once the queues hold nothing ready and nothing in flight.")
-        parser.add_argument("--max-messages", type=positive_int, default=None,
-                            help="Exit after starting this many messages (and finishing them).")
-        parser.add_argument("--shutdown-timeout", type=duration, default=None,
-                            help="How long running handlers may finish after SIGTERM (default LONNYMQ_SHUTDOWN_TIMEOUT).")
+        parser.add_argument(
+            "--queue",
+            "-q",
+            action="append",
+            required=True,
+            dest="queues",
+            help="Queue to serve (repeat for several).",
+        )
+        parser.add_argument(
+            "--concurrency", "-c", type=positive_int, default=1, help="Handler threads (default 1)."
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=positive_int,
+            default=None,
+            help="Most messages leased per fetch (default: the concurrency; at most 10000).",
+        )
+        parser.add_argument(
+            "--lease",
+            type=duration,
+            default=None,
+            help="Lease per message, e.g. 30s (default LONNYMQ_LEASE). Extended while it runs.",
+        )
+        parser.add_argument(
+            "--burst",
+            action="store_true",
+            help="Exit once the queues hold nothing ready and nothing in flight.",
+        )
+        parser.add_argument(
+            "--max-messages",
+            type=positive_int,
+            default=None,
+            help="Exit after starting this many messages (and finishing them).",
+        )
+        parser.add_argument(
+            "--shutdown-timeout",
+            type=duration,
+            default=None,
+            help="How long running handlers may finish after SIGTERM (default LONNYMQ_SHUTDOWN_TIMEOUT).",
+        )
         parser.add_argument("--database", default=None, help="Database alias (default LONNYMQ_DATABASE).")
 
     def handle(self, *args: Any, **options: Any) -> None:
