@@ -261,7 +261,8 @@ class QueueSample(models.Model):
 
     Recorded by ``manage.py lonnymq_stats --record`` into the table of
     ``sql/0003_queue_sample.up.sql``; the dashboard charts the history. Counts are exact at
-    ``at`` (see docs/admin.md for what each costs).
+    ``at`` (see docs/admin.md for what each costs). ``released_total`` is a running count
+    of releases, so the difference between two samples is the throughput between them.
     """
 
     id = models.BigAutoField(primary_key=True)
@@ -276,6 +277,11 @@ class QueueSample(models.Model):
     oldest_ready_ms = models.BigIntegerField(
         null=True, blank=True, help_text="How long the most overdue ready message had been due (ms)."
     )
+    released_total = models.BigIntegerField(
+        default=0,
+        help_text="Messages released (leased) from the queue's channels, ever: the sum of their "
+        "counters (once per delivery; drops only when a channel is deleted).",
+    )
 
     class Meta:
         db_table = "lonnymq_queue_sample"
@@ -289,6 +295,7 @@ class QueueSample(models.Model):
                     scheduled__gte=0,
                     in_flight__gte=0,
                     dead__gte=0,
+                    released_total__gte=0,
                 ),
                 name="lonnymq_queue_sample_counts_nonnegative",
             ),

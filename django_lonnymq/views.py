@@ -3,7 +3,8 @@
 
 The figures come from ``QueueSample.live()`` (exact, one SQL function call for all queues)
 and the history from ``lonnymq_queue_sample`` rows that ``manage.py lonnymq_stats --record``
-writes. See docs/admin.md.
+writes. Throughput is the rate of ``released_total`` (the sum of the queue's channels'
+release counters) between samples. See docs/admin.md.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
@@ -23,7 +25,7 @@ from .models import DeadMessage, QueueSample
 # Dashboard windows (minutes) and the default one.
 WINDOWS = [(15, "15 minutes"), (60, "1 hour"), (360, "6 hours"), (1440, "24 hours")]
 DEFAULT_WINDOW = 60
-# The rate figures (net drain, dead) look back this far.
+# The rate figures (throughput, net drain, dead) look back this far.
 RATE_WINDOW = timedelta(minutes=5)
 # Most points drawn per line (longer histories are thinned evenly).
 MAX_POINTS = 360
@@ -34,6 +36,8 @@ COLORS = {
     "dead": "#b03a2e",
     "drain": "#3c8f4a",
     "grow": "#b03a2e",
+    "released": "#6a4fb0",
+    "dropped": "#9a9a9a",
 }
 
 
@@ -51,9 +55,9 @@ def net_drain_per_minute(samples: Sequence[QueueSample], since: datetime) -> flo
     """How fast the backlog (ready + scheduled + in flight) shrank since ``since``, per minute.
 
     This is the processing rate minus the enqueue rate: it equals throughput while nothing is
-    enqueued, and it is negative while the backlog grows. The queue keeps no counter of
-    completed messages (acks delete them), so true throughput cannot be derived from samples.
-    None when fewer than two samples fall in the window.
+    enqueued, and it is negative while the backlog grows, so it tells whether the workers keep
+    up. (Throughput itself is :func:`throughput`, from the release counter.) None when fewer
+    than two samples fall in the window.
     """
     window = [s for s in samples if s.at >= since]
     if len(window) < 2:
@@ -62,6 +66,55 @@ def net_drain_per_minute(samples: Sequence[QueueSample], since: datetime) -> flo
     if minutes <= 0:
         return None
     return (backlog(window[0]) - backlog(window[-1])) / minutes
+
+
+def released_between(a: QueueSample, b: QueueSample) -> tuple[int, bool]:
+    """Messages released between two samples of a queue, and whether the counter's sum dropped.
+
+    Each channel's ``released_total`` only grows, but the queue's sum loses a channel's count
+    when the channel is deleted; a drop counts as 0 released (so the interval understates).
+    """
+    delta = b.released_total - a.released_total
+    return max(delta, 0), delta < 0
+
+
+@dataclass
+class Throughput:
+    """Messages released (leased to workers) between the first and last sample of a window."""
+
+    released: int
+    since: datetime
+    until: datetime
+    # True when the counter's sum dropped in some interval (a channel was deleted): that
+    # interval counted as 0, so ``released`` understates it.
+    dropped: bool
+
+    @property
+    def minutes(self) -> float:
+        return (self.until - self.since).total_seconds() / 60
+
+    @property
+    def per_minute(self) -> float:
+        return self.released / self.minutes
+
+
+def throughput(samples: Sequence[QueueSample], since: datetime) -> Throughput | None:
+    """Messages released from ``since`` to the last sample (samples in time order).
+
+    Sums the clamped differences of ``released_total`` between consecutive samples, so one
+    deleted channel costs only the interval it was deleted in. The counter counts releases
+    (leases): a message retried or whose lease expired counts once per delivery. None when
+    fewer than two samples fall in the window.
+    """
+    window = [s for s in samples if s.at >= since]
+    if len(window) < 2 or window[-1].at <= window[0].at:
+        return None
+    released, dropped = 0, False
+    for a, b in pairwise(window):
+        n, fell = released_between(a, b)
+        released += n
+        dropped = dropped or fell
+    return Throughput(released=released, since=window[0].at, until=window[-1].at, dropped=dropped)
 
 
 def format_age(seconds: float | None) -> str:
@@ -86,6 +139,13 @@ def format_rate(rate: float | None) -> str:
     return f"{rate:+,.1f}" if abs(rate) < 100 else f"{rate:+,.0f}"
 
 
+def format_throughput(rate: float | None) -> str:
+    """A rate that cannot be negative (messages per minute), unsigned."""
+    if rate is None:
+        return "-"
+    return f"{rate:,.1f}" if rate < 100 else f"{rate:,.0f}"
+
+
 # ---------------------------------------------------------------------------------------
 # Server-rendered SVG charts
 # ---------------------------------------------------------------------------------------
@@ -108,6 +168,7 @@ class Chart:
     x_ticks: list[dict[str, Any]] = field(default_factory=list)
     zero_y: float = 0.0
     legend: list[dict[str, str]] = field(default_factory=list)
+    note: str = ""
 
 
 def nice_ceiling(value: float) -> float:
@@ -225,6 +286,69 @@ def drain_chart(points: Sequence[QueueSample]) -> Chart | None:
     return chart
 
 
+def throughput_chart(points: Sequence[QueueSample]) -> Chart | None:
+    """Bars: messages released per minute between consecutive samples (the counter's rate).
+
+    An interval where the counter's sum dropped (a channel was deleted) is drawn as a grey
+    stub and counts as 0.
+    """
+    if len(points) < 2:
+        return None
+    chart = Chart(title="Throughput: messages released per minute", height=160, bottom=132)
+    rates = []
+    for a, b in pairwise(points):
+        minutes = (b.at - a.at).total_seconds() / 60
+        if minutes > 0:
+            released, dropped = released_between(a, b)
+            rates.append((a, b, released / minutes, dropped))
+    if not rates:
+        return None
+    start, end = points[0].at.timestamp(), points[-1].at.timestamp()
+    span = max(end - start, 1e-3)
+    top_value = nice_ceiling(max(rate for _, _, rate, _ in rates))
+    height = chart.bottom - chart.top
+
+    def x(at: datetime) -> float:
+        return chart.left + (at.timestamp() - start) / span * (chart.right - chart.left)
+
+    any_dropped = False
+    for a, b, rate, dropped in rates:
+        x0, x1 = x(a.at), x(b.at)
+        bar_height = 3.0 if dropped else rate / top_value * height
+        at = f"{timezone.localtime(b.at):%H:%M:%S}"
+        chart.bars.append(
+            {
+                "x": round(x0 + 0.5, 1),
+                "width": round(max(x1 - x0 - 1, 1), 1),
+                "y": round(chart.bottom - max(bar_height, 0.5), 1),
+                "height": round(max(bar_height, 0.5), 1),
+                "color": COLORS["dropped"] if dropped else COLORS["released"],
+                "title": (
+                    f"the counter's sum dropped by {a.released_total - b.released_total:,} at {at} "
+                    "(a channel was deleted): counted as 0"
+                    if dropped
+                    else f"{format_throughput(rate)} per minute at {at}"
+                ),
+            }
+        )
+        any_dropped = any_dropped or dropped
+    for i in range(5):
+        value = top_value * i / 4
+        chart.y_ticks.append(
+            {"y": round(chart.bottom - value / top_value * height, 1), "label": _label(value)}
+        )
+    chart.zero_y = chart.bottom
+    chart.legend = [{"color": COLORS["released"], "label": "released (leased) per minute"}]
+    if any_dropped:
+        chart.legend.append({"color": COLORS["dropped"], "label": "counter dropped: counted as 0"})
+        chart.note = (
+            "Grey: the queue's released count fell between two samples because a channel was "
+            "deleted (its count left the sum). Those intervals count as 0, so they understate."
+        )
+    _time_axis(chart, start, end)
+    return chart
+
+
 # ---------------------------------------------------------------------------------------
 # The dashboard's context (the view itself is ChannelAdmin.dashboard_view)
 # ---------------------------------------------------------------------------------------
@@ -256,6 +380,8 @@ def dashboard_context(request: HttpRequest, *, using: str | None = None) -> dict
         DeadMessage.objects.using(alias).filter(queue=selected, died_at__gte=now - RATE_WINDOW).count()
     )
     rate = net_drain_per_minute(points, since=now - RATE_WINDOW)
+    recent = throughput(points, since=now - RATE_WINDOW)
+    in_window = throughput(points, since=now - timedelta(minutes=minutes))
     return {
         "title": f"Queue dashboard: {selected}" if selected else "Queue dashboard",
         "subtitle": None,
@@ -271,12 +397,18 @@ def dashboard_context(request: HttpRequest, *, using: str | None = None) -> dict
         "current": current,
         "oldest_ready": format_age(current.oldest_ready_seconds) if current else "-",
         "net_drain": format_rate(rate),
+        "throughput": format_throughput(recent.per_minute if recent else None),
+        "released_recently": recent.released if recent else None,
+        "released_since": recent.since if recent else None,
+        "released_in_window": in_window.released if in_window else None,
+        "released_dropped": bool(in_window and in_window.dropped),
         "died_recently": died_recently,
         "rate_minutes": int(RATE_WINDOW.total_seconds() // 60),
         "windows": WINDOWS,
         "minutes": minutes,
         "sample_count": len(history),
         "backlog_chart": backlog_chart(drawn),
+        "throughput_chart": throughput_chart(drawn),
         "drain_chart": drain_chart(drawn),
         "now": now,
     }
@@ -307,7 +439,7 @@ class QueueCollector:
         self.using = using
 
     def collect(self) -> Any:
-        from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         samples = QueueSample.live(using=self.using)
         for name, documentation, attr in self.GAUGES:
@@ -323,10 +455,21 @@ class QueueCollector:
         for sample in samples:
             age.add_metric([sample.queue], sample.oldest_ready_seconds or 0.0)
         yield age
+        # Exposed as lonnymq_released_total. The sum falls when a channel is deleted, which
+        # Prometheus reads as a counter reset (see docs/admin.md).
+        released = CounterMetricFamily(
+            "lonnymq_released_total",
+            "Messages released (leased) to workers, ever: once per delivery, so a retried "
+            "message counts once per attempt.",
+            labels=["queue"],
+        )
+        for sample in samples:
+            released.add_metric([sample.queue], sample.released_total)
+        yield released
 
 
 def metrics(request: HttpRequest) -> HttpResponse:
-    """Prometheus exposition of every queue's gauges. Needs the ``metrics`` extra
+    """Prometheus exposition of every queue's gauges and release counter. Needs the ``metrics`` extra
     (prometheus-client); protect the URL as you protect your other metrics endpoints."""
     try:
         from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest

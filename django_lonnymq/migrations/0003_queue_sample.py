@@ -45,6 +45,14 @@ class Migration(migrations.Migration):
                                 null=True,
                             ),
                         ),
+                        (
+                            "released_total",
+                            models.BigIntegerField(
+                                default=0,
+                                help_text="Messages released (leased) from the queue's channels, ever: the sum of "
+                                "their counters (once per delivery; drops only when a channel is deleted).",
+                            ),
+                        ),
                     ],
                     options={
                         "db_table": "lonnymq_queue_sample",
@@ -61,6 +69,7 @@ class Migration(migrations.Migration):
                                     ("in_flight__gte", 0),
                                     ("paused_channels__gte", 0),
                                     ("ready__gte", 0),
+                                    ("released_total__gte", 0),
                                     ("scheduled__gte", 0),
                                 ),
                                 name="lonnymq_queue_sample_counts_nonnegative",

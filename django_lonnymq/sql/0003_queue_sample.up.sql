@@ -23,9 +23,13 @@ CREATE TABLE lonnymq_queue_sample (
     dead             bigint      NOT NULL,
     -- How long the most overdue ready message has been due (ms); NULL when none is ready.
     oldest_ready_ms  bigint      NULL,
+    -- sum(lonnymq_channel.released_total) of the queue's channels: messages released
+    -- (leased) ever, once per delivery. Monotonic per channel; the sum drops only when a
+    -- channel is deleted (its count leaves the sum), so readers clamp differences at 0.
+    released_total   bigint      NOT NULL DEFAULT 0,
     CONSTRAINT lonnymq_queue_sample_counts_nonnegative
         CHECK (channels >= 0 AND paused_channels >= 0 AND ready >= 0 AND scheduled >= 0
-               AND in_flight >= 0 AND dead >= 0)
+               AND in_flight >= 0 AND dead >= 0 AND released_total >= 0)
 );
 CREATE INDEX lonnymq_sample_queue_at_idx ON lonnymq_queue_sample (queue, at);
 CREATE INDEX lonnymq_queue_sample_at_idx ON lonnymq_queue_sample (at);
@@ -38,18 +42,20 @@ CREATE INDEX lonnymq_queue_sample_at_idx ON lonnymq_queue_sample (at);
 -- Cost: ready/scheduled walk the ready index (channel_id, dequeue_at, id) once per channel,
 -- i.e. one index entry per waiting message of the queue (index-only when the visibility
 -- map allows); in_flight walks the lease index (messages in flight only); dead walks the
--- (queue, died_at) index. No scan of the message table's heap by channel.
+-- (queue, died_at) index. No scan of the message table's heap by channel. released_total
+-- is the sum of the channel rows' counters (read with the channel rows, no extra walk).
 CREATE FUNCTION lonnymq_queue_stats_v1(p_queues text[] DEFAULT NULL)
 RETURNS SETOF lonnymq_queue_sample
 LANGUAGE sql VOLATILE AS $$
     WITH now_ms AS (
         SELECT lonnymq_now_ms_v1() AS v
     ), ch AS (
-        SELECT c.id, c.queue, c.paused FROM lonnymq_channel c
+        SELECT c.id, c.queue, c.paused, c.released_total FROM lonnymq_channel c
          WHERE p_queues IS NULL OR c.queue = ANY (p_queues)
     ), waiting AS (
         SELECT ch.queue, count(*) AS channels, count(*) FILTER (WHERE ch.paused) AS paused_channels,
-               sum(w.ready) AS ready, sum(w.scheduled) AS scheduled, min(w.head) AS head
+               sum(w.ready) AS ready, sum(w.scheduled) AS scheduled, min(w.head) AS head,
+               sum(ch.released_total) AS released_total
           FROM ch CROSS JOIN now_ms
           CROSS JOIN LATERAL (
               SELECT count(*) FILTER (WHERE m.dequeue_at <= now_ms.v) AS ready,
@@ -75,7 +81,8 @@ LANGUAGE sql VOLATILE AS $$
            coalesce(w.channels, 0), coalesce(w.paused_channels, 0),
            coalesce(w.ready, 0)::bigint, coalesce(w.scheduled, 0)::bigint,
            coalesce(f.n, 0), coalesce(d.n, 0),
-           CASE WHEN w.head <= now_ms.v THEN now_ms.v - w.head END
+           CASE WHEN w.head <= now_ms.v THEN now_ms.v - w.head END,
+           coalesce(w.released_total, 0)::bigint
       FROM queues q CROSS JOIN now_ms
       LEFT JOIN waiting w ON w.queue = q.queue
       LEFT JOIN flying f ON f.queue = q.queue
@@ -121,8 +128,8 @@ $$;
 -- Writes
 -- ---------------------------------------------------------------------------------------
 
--- Record one sample per queue now and drop samples older than p_keep_ms. Returns the rows
--- recorded.
+-- Record one sample per queue now (its figures and the running sum of released_total) and
+-- drop samples older than p_keep_ms. Returns the rows recorded.
 CREATE FUNCTION lonnymq_record_samples_v1(p_keep_ms bigint DEFAULT 86400000)
 RETURNS SETOF lonnymq_queue_sample
 LANGUAGE plpgsql AS $$
@@ -134,9 +141,9 @@ BEGIN
      WHERE s.at < clock_timestamp() - make_interval(secs => p_keep_ms / 1000.0);
     RETURN QUERY
         INSERT INTO lonnymq_queue_sample (queue, at, channels, paused_channels, ready, scheduled,
-                                          in_flight, dead, oldest_ready_ms)
+                                          in_flight, dead, oldest_ready_ms, released_total)
         SELECT x.queue, x.at, x.channels, x.paused_channels, x.ready, x.scheduled,
-               x.in_flight, x.dead, x.oldest_ready_ms
+               x.in_flight, x.dead, x.oldest_ready_ms, x.released_total
           FROM lonnymq_queue_stats_v1(NULL) x
         RETURNING *;
 END

@@ -130,9 +130,12 @@ def test_ops_change_a_limit_requeue_and_see_the_dashboard(live_server, transacti
             QueueSample.record()
             page.goto(f"{live_server.url}/admin/django_lonnymq/channel/dashboard/?queue={QUEUE}&minutes=15")
             page.wait_for_selector("svg.lq-chart polyline")
-            assert page.locator("svg.lq-chart").count() == 2
+            assert page.locator("svg.lq-chart").count() == 3
             figures = page.locator("#lq-figures").inner_text()
             assert "in flight" in figures and "oldest ready message has waited" in figures
+            assert "released per minute" in figures
+            # The workload released messages between its samples: a real throughput figure.
+            assert page.locator("#lq-throughput .lq-value").inner_text() not in ("-", "0.0")
             page.screenshot(path=str(SCREENSHOT), full_page=True)
         finally:
             browser.close()

@@ -1,25 +1,38 @@
 """The dashboard (figures, SVG charts from recorded samples), ``manage.py lonnymq_stats``
-and the Prometheus metrics view."""
+and the Prometheus metrics view. Throughput comes from the channels' ``released_total``
+counters, summed per queue in each sample."""
 
 from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from io import StringIO
+from types import SimpleNamespace
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
 from django_lonnymq import api
-from django_lonnymq.models import QueueSample
-from django_lonnymq.views import format_age, nice_ceiling, thin
+from django_lonnymq.management.commands import lonnymq_stats
+from django_lonnymq.models import QueueSample, stats_query
+from django_lonnymq.views import (
+    format_age,
+    format_throughput,
+    nice_ceiling,
+    released_between,
+    thin,
+    throughput,
+    throughput_chart,
+)
 
-from .conftest import QUEUE, ack, dequeue, make_dead
+from .conftest import QUEUE, ack, dequeue, fail, make_dead
 
 pytestmark = pytest.mark.django_db
 
@@ -43,8 +56,10 @@ def test_live_figures_are_exact(busy_queue: None) -> None:
     assert (mine.ready, mine.scheduled, mine.in_flight, mine.dead) == (3, 1, 1, 1)
     assert (mine.depth, mine.channels, mine.paused_channels) == (4, 2, 0)
     assert mine.oldest_ready_ms is not None and mine.oldest_ready_ms >= 0
+    assert mine.released_total == 2  # the dead one's single delivery, and the one in flight
     assert mine.pk is None
-    assert [s.queue for s in QueueSample.live(["t_admin_other"])] == ["t_admin_other"]
+    (other,) = QueueSample.live(["t_admin_other"])
+    assert (other.queue, other.released_total) == ("t_admin_other", 0)
 
 
 def test_a_queue_with_only_dead_messages_is_listed() -> None:
@@ -68,6 +83,8 @@ def test_record_stores_and_prunes_samples(busy_queue: None) -> None:
     recorded = QueueSample.record(keep_ms=60_000)
     assert {s.queue for s in recorded} == {QUEUE, "t_admin_other"}
     assert all(s.pk is not None for s in recorded)
+    assert {s.queue: s.released_total for s in recorded} == {QUEUE: 2, "t_admin_other": 0}
+    assert QueueSample.objects.get(pk=recorded[0].pk).released_total == recorded[0].released_total
     assert QueueSample.objects.filter(queue=QUEUE).count() == 1  # the old one was pruned
 
 
@@ -81,13 +98,95 @@ def test_dashboard_renders_figures_and_svg_charts(admin_client: Client, busy_que
 
     assert response.status_code == 200
     html = response.content.decode()
-    assert html.count('<svg class="lq-chart"') == 2
+    assert html.count('<svg class="lq-chart"') == 3  # depth, throughput, net drain
     assert "<polyline" in html and "<rect" in html
     assert "depth (ready + scheduled)" in html and "oldest ready message has waited" in html
+    assert "Throughput: messages released per minute" in html and "Net drain per minute" in html
     current = response.context["current"]
     assert (current.depth, current.in_flight, current.dead) == (3, 1, 1)
     assert response.context["sample_count"] == 2
+    assert response.context["released_recently"] == 1  # the one dequeued between the samples
+    assert "no counter" not in html
     assert "t_admin_other" in html  # the all-queues table and the selector
+
+
+def _sample(queue: str) -> QueueSample:
+    (sample,) = [s for s in QueueSample.record() if s.queue == queue]
+    return sample
+
+
+def _move(sample: QueueSample, at: datetime) -> None:
+    QueueSample.objects.filter(pk=sample.pk).update(at=at)
+
+
+def test_throughput_is_the_messages_dequeued_between_two_samples(admin_client: Client) -> None:
+    for n in range(10):
+        api.enqueue(QUEUE, {"n": n}, channel=("acme", "globex")[n % 2])
+    first = _sample(QUEUE)
+    leased = dequeue(batch_size=4)
+    assert len(leased) == 4
+    for row in leased[:3]:
+        ack(row[0], row[8])  # one stays in flight: the counter counts releases, not acks
+    for n in range(5):
+        api.enqueue(QUEUE, {"late": n}, channel="acme")  # enqueued meanwhile: net drain sees them
+    second = _sample(QUEUE)
+    assert second.released_total - first.released_total == 4
+    now = timezone.now()
+    _move(first, now - timedelta(minutes=2))
+    _move(second, now - timedelta(minutes=1))
+
+    response = admin_client.get(DASHBOARD, {"queue": QUEUE, "minutes": "15"})
+
+    context = response.context
+    assert context["released_recently"] == 4
+    assert context["released_in_window"] == 4
+    assert context["released_since"] == now - timedelta(minutes=2)
+    assert not context["released_dropped"]
+    # 4 released from 2 minutes ago to now (the live figures are the newest point).
+    assert context["throughput"] == "2.0"
+    # The backlog grew from 10 to 12 (11 waiting + 1 in flight) meanwhile: net drain is
+    # negative while 4 messages were in fact released.
+    assert context["net_drain"] == "-1.0"
+    html = response.content.decode()
+    assert re.search(r'id="lq-released-recently"><div class="lq-value">4</div>', html), html
+    assert "4.0 per minute at" in html  # the bar of the interval between the two samples
+    assert "released in this window" in html
+
+
+def test_throughput_counts_a_retried_message_once_per_delivery() -> None:
+    message_id = api.enqueue(QUEUE, {"flaky": True}, channel="acme", max_attempts=3)
+    first = _sample(QUEUE)
+    (row,) = dequeue()
+    assert fail(message_id, row[8]) == "retry"
+    assert api.run_now([message_id]) == [message_id]
+    (row,) = dequeue()
+    assert row[0] == message_id and row[3] == 2  # the second attempt
+    ack(message_id, row[8])
+    second = _sample(QUEUE)
+    assert released_between(first, second) == (2, False)
+
+
+def test_deleted_channel_makes_the_sum_drop_and_it_is_clamped_at_zero(admin_client: Client) -> None:
+    api.enqueue(QUEUE, {"n": 1}, channel="gone")
+    api.enqueue(QUEUE, {"n": 2}, channel="stays")
+    for row in dequeue(batch_size=2):
+        ack(row[0], row[8])
+    first = _sample(QUEUE)
+    assert first.released_total == 2
+    with connection.cursor() as cursor:
+        cursor.execute(stats_query("delete_channel"), {"id": api.configure_channel(QUEUE, "gone")})
+        assert cursor.fetchone()[0] == "deleted"
+    second = _sample(QUEUE)
+    assert second.released_total == 1  # the deleted channel's count left the sum
+    _move(first, timezone.now() - timedelta(minutes=1))
+
+    response = admin_client.get(DASHBOARD, {"queue": QUEUE, "minutes": "15"})
+
+    assert response.context["released_recently"] == 0  # clamped, never negative
+    assert response.context["throughput"] == "0.0"
+    assert response.context["released_dropped"]
+    html = response.content.decode()
+    assert "counter dropped: counted as 0" in html and "a channel was deleted" in html
 
 
 def test_dashboard_without_samples_says_how_to_record(admin_client: Client, busy_queue: None) -> None:
@@ -123,13 +222,16 @@ def test_lonnymq_stats_prints_a_table(busy_queue: None) -> None:
         "IN",
         "FLIGHT",
         "DEAD",
+        "RELEASED",
         "OLDEST",
         "READY",
+        "RELEASED/MIN",
         "NET",
         "DRAIN/MIN",
     ]
     row = next(line for line in lines if line.startswith(QUEUE + " "))
-    assert row.split()[:8] == [QUEUE, "2", "0", "3", "1", "4", "1", "1"]
+    assert row.split()[:9] == [QUEUE, "2", "0", "3", "1", "4", "1", "1", "2"]
+    assert row.split()[-2:] == ["-", "-"]  # no history: no rates
     assert any(line.startswith("t_admin_other") for line in lines)
 
 
@@ -138,14 +240,17 @@ def test_lonnymq_stats_json_and_record(busy_queue: None) -> None:
     call_command("lonnymq_stats", "--json", "--record", "--queue", QUEUE, stdout=out)
     document = json.loads(out.getvalue())
     (row,) = document["queues"]
-    assert {k: row[k] for k in ("queue", "ready", "scheduled", "depth", "in_flight", "dead")} == {
+    keys = ("queue", "ready", "scheduled", "depth", "in_flight", "dead", "released_total")
+    assert {k: row[k] for k in keys} == {
         "queue": QUEUE,
         "ready": 3,
         "scheduled": 1,
         "depth": 4,
         "in_flight": 1,
         "dead": 1,
+        "released_total": 2,
     }
+    assert row["released_per_minute"] is None  # a single sample: no rate yet
     assert QueueSample.objects.filter(queue=QUEUE).count() == 1
     assert QueueSample.objects.filter(queue="t_admin_other").count() == 1  # --record samples every queue
 
@@ -159,6 +264,43 @@ def test_lonnymq_stats_net_drain_from_samples(busy_queue: None) -> None:
     row = next(r for r in json.loads(out.getvalue())["queues"] if r["queue"] == QUEUE)
     # Leasing does not shrink the backlog (depth + in flight): net drain about 0 per minute.
     assert row["net_drain_per_minute"] == pytest.approx(0, abs=0.01)
+    # But 3 were released in that minute.
+    assert row["released_total"] == 5
+    assert row["released_per_minute"] == pytest.approx(3, rel=0.05)
+
+
+def test_lonnymq_stats_interval_rates_without_recording(
+    busy_queue: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--interval without --record: the rate comes from the command's own earlier round."""
+
+    class TwoRounds:
+        rounds = 0
+
+        def is_set(self) -> bool:
+            return self.rounds >= 2
+
+        def set(self) -> None:
+            self.rounds = 2
+
+        def wait(self, timeout: float) -> None:
+            self.rounds += 1
+            if self.rounds == 1:  # between the rounds, a worker takes 3 messages
+                assert len(dequeue(batch_size=3)) == 3
+                time.sleep(0.5)
+
+    monkeypatch.setattr(lonnymq_stats, "threading", SimpleNamespace(Event=TwoRounds))
+    out = StringIO()
+    call_command("lonnymq_stats", "--json", "--interval", "1m", "--queue", QUEUE, stdout=out)
+
+    first, second = (json.loads(line) for line in out.getvalue().splitlines())
+    assert first["queues"][0]["released_per_minute"] is None
+    assert second["queues"][0]["released_total"] - first["queues"][0]["released_total"] == 3
+    minutes = (
+        datetime.fromisoformat(second["at"]) - datetime.fromisoformat(first["at"])
+    ).total_seconds() / 60
+    assert second["queues"][0]["released_per_minute"] == pytest.approx(3 / minutes, rel=0.2)
+    assert not QueueSample.objects.exists()
 
 
 def test_lonnymq_stats_flags_are_checked() -> None:
@@ -189,6 +331,9 @@ def test_metrics_view_exports_gauges_per_queue(client: Client, busy_queue: None)
     ]:
         assert re.search(rf'^{name}{{queue="{QUEUE}"}} {value}\.0$', text, re.MULTILINE), (name, text)
     assert re.search(rf'^lonnymq_oldest_ready_age_seconds{{queue="{QUEUE}"}} [0-9.e+-]+$', text, re.MULTILINE)
+    assert "# TYPE lonnymq_released_total counter" in text
+    assert re.search(rf'^lonnymq_released_total{{queue="{QUEUE}"}} 2\.0$', text, re.MULTILINE), text
+    assert re.search(r'^lonnymq_released_total\{queue="t_admin_other"\} 0\.0$', text, re.MULTILINE), text
 
 
 @pytest.mark.urls("tests.admin.urls")
@@ -214,6 +359,39 @@ def test_chart_helpers() -> None:
     points = list(range(1000))
     thinned = thin(points, 10)  # type: ignore[arg-type]
     assert len(thinned) == 10 and thinned[0] == 0 and thinned[-1] == 999
+    assert [format_throughput(r) for r in (None, 0, 2.25, 1234.4)] == ["-", "0.0", "2.2", "1,234"]
+
+
+def test_throughput_from_samples_clamps_a_drop() -> None:
+    start = timezone.now() - timedelta(minutes=4)
+
+    def at(minute: int, released: int) -> QueueSample:
+        return QueueSample(
+            queue=QUEUE,
+            at=start + timedelta(minutes=minute),
+            channels=1,
+            paused_channels=0,
+            ready=0,
+            scheduled=0,
+            in_flight=0,
+            dead=0,
+            released_total=released,
+        )
+
+    # +10, then a channel holding 40 is deleted while 5 more are released (-35), then +6.
+    samples = [at(0, 50), at(1, 60), at(2, 25), at(4, 31)]
+    result = throughput(samples, since=start)
+    assert result is not None
+    assert (result.released, result.dropped, result.minutes) == (16, True, 4)
+    assert result.per_minute == 4
+    assert throughput(samples, since=start + timedelta(minutes=2)).released == 6  # type: ignore[union-attr]
+    assert throughput(samples[:1], since=start) is None
+    chart = throughput_chart(samples)
+    assert chart is not None
+    assert [bar["color"] for bar in chart.bars] == ["#6a4fb0", "#9a9a9a", "#6a4fb0"]
+    assert "counted as 0" in chart.bars[1]["title"] and "35" in chart.bars[1]["title"]
+    assert all(bar["height"] > 0 and bar["y"] + bar["height"] <= chart.bottom for bar in chart.bars)
+    assert chart.note
 
 
 def test_lonnymq_stats_record_interval_runs_until_sigterm(transactional_db: None) -> None:
@@ -248,3 +426,5 @@ def test_lonnymq_stats_record_interval_runs_until_sigterm(transactional_db: None
     documents = [json.loads(line) for line in out.splitlines()]
     assert len(documents) >= 3
     assert documents[0]["queues"][0]["ready"] == 1
+    assert documents[0]["queues"][0]["released_per_minute"] is None
+    assert documents[-1]["queues"][0]["released_per_minute"] == 0  # recorded rounds, nothing released

@@ -1,5 +1,8 @@
 """``manage.py lonnymq_stats``: every queue's figures as a table (or JSON); ``--record`` also
-stores them as samples for the dashboard's history."""
+stores them as samples for the dashboard's history.
+
+The rates (released per minute, net drain) look back ``RATE_WINDOW`` over the recorded
+samples, this command's earlier rounds (``--interval``) and the figures now."""
 
 from __future__ import annotations
 
@@ -16,7 +19,14 @@ from django.utils import timezone
 from django_lonnymq.conf import settings
 from django_lonnymq.management.commands.run_queue_worker import duration
 from django_lonnymq.models import QueueSample
-from django_lonnymq.views import RATE_WINDOW, format_age, format_rate, net_drain_per_minute
+from django_lonnymq.views import (
+    RATE_WINDOW,
+    format_age,
+    format_rate,
+    format_throughput,
+    net_drain_per_minute,
+    throughput,
+)
 
 COLUMNS = [
     ("queue", "QUEUE"),
@@ -27,17 +37,26 @@ COLUMNS = [
     ("depth", "DEPTH"),
     ("in_flight", "IN FLIGHT"),
     ("dead", "DEAD"),
+    ("released_total", "RELEASED"),
     ("oldest_ready", "OLDEST READY"),
+    ("released_rate", "RELEASED/MIN"),
     ("net_drain", "NET DRAIN/MIN"),
 ]
 
 
 class Command(BaseCommand):
     help = (
-        "Print each queue's depth (ready + scheduled), in flight, dead and the oldest ready "
-        "message's wait. --record stores a sample per queue for the admin dashboard (run it "
-        "from cron, or with --interval)."
+        "Print each queue's depth (ready + scheduled), in flight, dead, the oldest ready "
+        "message's wait and the messages released ever; with history (--record, --interval), "
+        "released per minute. --record stores a sample per queue for the admin dashboard (run "
+        "it from cron, or with --interval)."
     )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Figures of this command's earlier rounds that were not recorded (--interval without
+        # --record), so the rates need no stored samples; only the last RATE_WINDOW is kept.
+        self._earlier: dict[str, list[QueueSample]] = defaultdict(list)
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -98,16 +117,17 @@ class Command(BaseCommand):
         else:
             samples = QueueSample.live(wanted, using=alias)
         rates = self._rates(samples, alias)
-        rows = [self._row(sample, rate) for sample, rate in zip(samples, rates, strict=True)]
+        rows = [self._row(sample, *rate) for sample, rate in zip(samples, rates, strict=True)]
         if options["json"]:
             self.stdout.write(json.dumps({"at": timezone.now().isoformat(), "queues": rows}))
         else:
             self.stdout.write(self._table(rows))
 
-    @staticmethod
-    def _rates(samples: list[QueueSample], alias: str) -> list[float | None]:
-        """Net drain per minute over the last few minutes, from recorded samples plus now."""
+    def _rates(self, samples: list[QueueSample], alias: str) -> list[tuple[float | None, float | None]]:
+        """(released per minute, net drain per minute) of each sample over the last few minutes,
+        from recorded samples, this command's earlier unrecorded rounds, and now."""
         since = timezone.now() - RATE_WINDOW
+        earlier = self._earlier
         history: dict[str, list[QueueSample]] = defaultdict(list)
         recorded = QueueSample.objects.using(alias).filter(
             at__gte=since, queue__in=[s.queue for s in samples]
@@ -116,14 +136,17 @@ class Command(BaseCommand):
             history[sample.queue].append(sample)
         rates = []
         for sample in samples:
-            points = history[sample.queue]
-            if sample.pk is None:  # live figures: the newest point
-                points = [*points, sample]
-            rates.append(net_drain_per_minute(points, since))
+            points = [*history[sample.queue], *(p for p in earlier[sample.queue] if p.at >= since)]
+            if sample.pk is None:  # live figures: the newest point, kept for the next rounds
+                points.append(sample)
+                earlier[sample.queue] = [p for p in earlier[sample.queue] if p.at >= since] + [sample]
+            points.sort(key=lambda p: p.at)
+            released = throughput(points, since)
+            rates.append((released.per_minute if released else None, net_drain_per_minute(points, since)))
         return rates
 
     @staticmethod
-    def _row(sample: QueueSample, rate: float | None) -> dict[str, Any]:
+    def _row(sample: QueueSample, released_rate: float | None, rate: float | None) -> dict[str, Any]:
         return {
             "queue": sample.queue,
             "channels": sample.channels,
@@ -133,7 +156,9 @@ class Command(BaseCommand):
             "depth": sample.depth,
             "in_flight": sample.in_flight,
             "dead": sample.dead,
+            "released_total": sample.released_total,
             "oldest_ready_seconds": sample.oldest_ready_seconds,
+            "released_per_minute": None if released_rate is None else round(released_rate, 3),
             "net_drain_per_minute": None if rate is None else round(rate, 3),
         }
 
@@ -146,6 +171,7 @@ class Command(BaseCommand):
             shown = {
                 **{key: f"{value:,}" if isinstance(value, int) else str(value) for key, value in row.items()},
                 "oldest_ready": format_age(row["oldest_ready_seconds"]),
+                "released_rate": format_throughput(row["released_per_minute"]),
                 "net_drain": format_rate(row["net_drain_per_minute"]),
             }
             cells.append([shown[key] for key, _ in COLUMNS])
