@@ -44,6 +44,8 @@ class Outcome:
     action: str  # "ack" | "fail" | "retry" | "discard"
     error: str | None = None
     delay_ms: int | None = None
+    # Sent once already when the connection dropped: that call may have committed.
+    resent: bool = False
 
 
 @dataclass
@@ -197,7 +199,10 @@ class Worker:
                     self.stats.empty_fetches += 1
                 if self.burst and not self._running and self._outcomes.empty() and not self._pending_work():
                     return
-                self._wait(self._idle_wait() if wanted and free > 0 else self._heartbeat_due_in())
+                wait = self._heartbeat_due_in()
+                if wanted and free > 0:
+                    wait = min(wait, self._idle_wait())
+                self._wait(wait)
             except _DB_ERRORS as exc:
                 self._lost_connection(exc)
 
@@ -369,9 +374,11 @@ class Worker:
                 pass
 
     def _heartbeat_due_in(self) -> float:
-        waits = [self.poll_interval]
+        """Until the next heartbeat or reap is due, capped by the poll interval."""
+        now = time.monotonic()
+        waits = [self.poll_interval, self._next_reap - now]
         if self._next_extend:
-            waits.append(self._next_extend - time.monotonic())
+            waits.append(self._next_extend - now)
         return max(min(waits), 0.0)
 
     # -- handlers ------------------------------------------------------------------------
@@ -431,6 +438,7 @@ class Worker:
                 break
         if not done:
             return
+        recorded: list[Outcome] = []
         try:
             acks = [o for o in done if o.action == "ack"]
             if acks:
@@ -438,20 +446,37 @@ class Worker:
                 tokens: list[str] = [str(o.message.lease_token) for o in acks]
                 acked = set(self._scalar("ack", {"ids": ids, "tokens": tokens}) or [])
                 self.stats.acked += len(acked)
-                for outcome in acks:
-                    if outcome.message.id not in acked:
+                missing = [o for o in acks if o.message.id not in acked]
+                gone = self._gone([o.message.id for o in missing if o.resent])
+                for outcome in missing:
+                    if outcome.message.id in gone:
+                        self.stats.acked += 1  # the ack sent before the connection dropped committed
+                    else:
                         self._report_lost(outcome.message)
+                recorded.extend(acks)
             for outcome in done:
                 if outcome.action != "ack":
                     self._fail(outcome)
+                    recorded.append(outcome)
         except _DB_ERRORS:
-            for outcome in done:  # keep them: flushed again after reconnecting
-                self._outcomes.put(outcome)
+            for outcome in done:  # keep what was not recorded: flushed again after reconnecting
+                if not any(outcome is r for r in recorded):
+                    outcome.resent = True
+                    self._outcomes.put(outcome)
             raise
-        with self._lock:
-            for outcome in done:
-                self._running.pop(outcome.message.id, None)
-                self._started.discard(outcome.message.id)
+        finally:
+            with self._lock:
+                for outcome in recorded:
+                    self._running.pop(outcome.message.id, None)
+                    self._started.discard(outcome.message.id)
+
+    def _gone(self, ids: list[int]) -> set[int]:
+        """Of ``ids``, those no longer in the message table."""
+        if not ids:
+            return set()
+        assert self._conn is not None
+        found = self._conn.execute("SELECT id FROM lonnymq_message WHERE id = ANY (%s)", [ids]).fetchall()
+        return set(ids) - {row[0] for row in found}
 
     def _fail(self, outcome: Outcome) -> None:
         message = outcome.message
@@ -470,7 +495,10 @@ class Worker:
                 },
             )
         except (LeaseLost, MessageNotFound):
-            self._report_lost(message)
+            if outcome.resent:  # recorded by the call in flight when the connection dropped
+                logger.info("failure of message %s was recorded before the connection dropped", message.id)
+            else:
+                self._report_lost(message)
             return
         except Exception as exc:
             if isinstance(exc, _DB_ERRORS):

@@ -1,0 +1,30 @@
+"""Extra handlers for acceptance tests, loaded by worker processes through
+``LONNYMQ_HANDLER_MODULES`` (see the settings modules beside this file)."""
+
+from __future__ import annotations
+
+import time
+
+from django.db import connection
+
+from django_lonnymq import Message, handler
+from tests.testapp.handlers import record
+
+
+@handler("acc_crash")
+def slow_first_time(message: Message) -> None:
+    """Like t_sleep, but only the first delivery is slow (``first_seconds``): a redelivery after
+    a crash finishes quickly, so the test can see the channel's slot come back."""
+    record(message, "start")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE testapp_inflight SET now = now + 1, peak = greatest(peak, now + 1) WHERE channel = %s",
+            [message.channel],
+        )
+    try:
+        seconds = message.payload.get("first_seconds", 0) if message.attempt == 1 else 0
+        time.sleep(float(seconds or message.payload.get("seconds", 0.05)))
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("UPDATE testapp_inflight SET now = now - 1 WHERE channel = %s", [message.channel])
+    record(message, "done")
