@@ -47,14 +47,15 @@ try:  # Django 6
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task, TaskError
 except ImportError:  # Django 5.2 with the django-tasks backport
-    from django_tasks import TaskContext, TaskResult, TaskResultStatus, task_backends  # type: ignore[no-redef]
-    from django_tasks import exceptions as _task_exceptions  # type: ignore[no-redef]
-    from django_tasks import signals as _task_signals  # type: ignore[no-redef]
-    from django_tasks.backends.base import BaseTaskBackend  # type: ignore[no-redef]
-    from django_tasks.base import Task, TaskError  # type: ignore[no-redef]
+    from django_tasks import TaskContext, TaskResult, TaskResultStatus, task_backends  # type: ignore[no-redef,assignment]
+    from django_tasks import exceptions as _task_exceptions  # type: ignore[no-redef,assignment]
+    from django_tasks import signals as _task_signals  # type: ignore[no-redef,assignment]
+    from django_tasks.backends.base import BaseTaskBackend  # type: ignore[no-redef,assignment]
+    from django_tasks.base import Task, TaskError  # type: ignore[no-redef,assignment]
 
-InvalidTask: type[Exception] = (
-    getattr(_task_exceptions, "InvalidTask", None) or _task_exceptions.InvalidTaskError
+_INVALID_NAMES = ("InvalidTask", "InvalidTaskError")  # Django 6, the backport
+InvalidTask: type[Exception] = next(
+    getattr(_task_exceptions, name) for name in _INVALID_NAMES if hasattr(_task_exceptions, name)
 )
 TaskResultDoesNotExist: type[Exception] = _task_exceptions.TaskResultDoesNotExist
 
@@ -129,7 +130,7 @@ class LonnyMQBackend(BaseTaskBackend):
         self.validate_task(task)
         result_id = _new_id()
         now = timezone.now()
-        result = TaskResult(
+        result: Any = TaskResult(
             task=task,
             id=result_id,
             status=TaskResultStatus.READY,
@@ -208,7 +209,7 @@ class LonnyMQBackend(BaseTaskBackend):
 
 
 def _result_from_record(record: Any, task: Task) -> TaskResult:
-    result = TaskResult(
+    result: Any = TaskResult(
         task=task,
         id=record.id,
         status=TaskResultStatus(record.status),
