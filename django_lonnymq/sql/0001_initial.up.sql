@@ -281,7 +281,7 @@ BEGIN
 
     IF p_dedup_key IS NOT NULL THEN
         INSERT INTO lonnymq_dedup (channel_id, dedup_key, message_id)
-        VALUES (v_channel_id, p_dedup_key, nextval(pg_get_serial_sequence('lonnymq_message', 'id')))
+        VALUES (v_channel_id, p_dedup_key, nextval('lonnymq_message_id_seq'))
         ON CONFLICT (channel_id, dedup_key) DO NOTHING
         RETURNING message_id INTO v_id;
         IF v_id IS NULL THEN
@@ -294,7 +294,7 @@ BEGIN
             RETURN v_id;
         END IF;
     ELSE
-        v_id := nextval(pg_get_serial_sequence('lonnymq_message', 'id'));
+        v_id := nextval('lonnymq_message_id_seq');
     END IF;
 
     INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key)
@@ -331,7 +331,10 @@ DECLARE
     v_ids      bigint[];
     v_bad      record;
     v_woken    boolean := false;
-    v_ch       record;
+    v_inserted integer;
+    v_wake_ids bigint[];
+    v_wake_ats bigint[];
+    i          integer;
 BEGIN
     IF coalesce(cardinality(p_channels), 0) <> v_n
        OR (p_run_at_ms IS NOT NULL AND cardinality(p_run_at_ms) <> v_n)
@@ -362,7 +365,7 @@ BEGIN
     SELECT u.ord, u.channel, u.payload,
            lonnymq_dequeue_at_v1(v_now, u.run_at, u.delay, coalesce(u.priority, 0), p_priority_step_ms),
            coalesce(u.priority, 0), u.dedup_key, coalesce(u.max_attempts, p_default_max_attempts),
-           nextval(pg_get_serial_sequence('lonnymq_message', 'id'))
+           nextval('lonnymq_message_id_seq')
       FROM unnest(p_channels, p_payloads,
                   coalesce(p_run_at_ms, array_fill(NULL::bigint, ARRAY[v_n])),
                   coalesce(p_delay_ms, array_fill(NULL::bigint, ARRAY[v_n])),
@@ -410,7 +413,8 @@ BEGIN
     PERFORM pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(x.channel_id))
        FROM (SELECT DISTINCT channel_id FROM lonnymq_enqueue_rows ORDER BY 1) x;
 
-    -- Dedup keys: the first row of a key in this batch claims it, in one global order.
+    -- Dedup keys: the first row of a key in this batch claims it, in one global order. The
+    -- insert reports, per channel, the earliest dequeue_at it added (for the wake below).
     WITH claimed AS (
         INSERT INTO lonnymq_dedup (channel_id, dedup_key, message_id)
         SELECT DISTINCT ON (r.channel_id, r.dedup_key) r.channel_id, r.dedup_key, r.new_id
@@ -419,31 +423,61 @@ BEGIN
          ORDER BY r.channel_id, r.dedup_key, r.ord
         ON CONFLICT (channel_id, dedup_key) DO NOTHING
         RETURNING message_id
-    )
-    INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key)
-    SELECT r.new_id, r.channel_id, r.payload, r.dequeue_at, r.priority, r.max_attempts, r.dedup_key
-      FROM lonnymq_enqueue_rows r
-     WHERE r.dedup_key IS NULL OR r.new_id IN (SELECT message_id FROM claimed)
-     ORDER BY r.ord;
-
-    -- Rows whose key was already taken get the existing id (a new statement sees the commits
-    -- that ON CONFLICT waited for).
-    SELECT array_agg(coalesce(d.message_id, r.new_id) ORDER BY r.ord) INTO v_ids
-      FROM lonnymq_enqueue_rows r
-      LEFT JOIN lonnymq_dedup d ON r.dedup_key IS NOT NULL
-                               AND d.channel_id = r.channel_id AND d.dedup_key = r.dedup_key;
-
-    -- Wake the channels that need it, locking their rows in id order.
-    FOR v_ch IN
-        SELECT r.channel_id, min(r.dequeue_at) AS dequeue_at
+    ), inserted AS (
+        INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key)
+        SELECT r.new_id, r.channel_id, r.payload, r.dequeue_at, r.priority, r.max_attempts, r.dedup_key
           FROM lonnymq_enqueue_rows r
-          JOIN lonnymq_message m ON m.id = r.new_id
-         GROUP BY r.channel_id ORDER BY r.channel_id
-    LOOP
-        IF lonnymq_wake_v1(v_ch.channel_id, v_ch.dequeue_at, p_tolerance_ms) THEN
-            v_woken := true;
+         WHERE r.dedup_key IS NULL OR r.new_id IN (SELECT message_id FROM claimed)
+        RETURNING channel_id, dequeue_at
+    )
+    SELECT coalesce(sum(w.n), 0)::integer, array_agg(w.channel_id ORDER BY w.channel_id),
+           array_agg(w.at ORDER BY w.channel_id)
+      INTO v_inserted, v_wake_ids, v_wake_ats
+      FROM (SELECT i.channel_id, min(i.dequeue_at) AS at, count(*) AS n FROM inserted i GROUP BY i.channel_id) w;
+
+    -- Ids in input order. Rows whose key was already taken get the existing id, looked up
+    -- one index probe per row (a new statement sees the commits ON CONFLICT waited for).
+    IF v_inserted = v_n THEN
+        SELECT array_agg(r.new_id ORDER BY r.ord) INTO v_ids FROM lonnymq_enqueue_rows r;
+    ELSE
+        SELECT array_agg(coalesce((SELECT d.message_id FROM lonnymq_dedup d
+                                    WHERE r.dedup_key IS NOT NULL
+                                      AND d.channel_id = r.channel_id AND d.dedup_key = r.dedup_key),
+                                   r.new_id) ORDER BY r.ord)
+          INTO v_ids FROM lonnymq_enqueue_rows r;
+    END IF;
+
+    -- Wake the channels that need it: one statement, locking only those rows, in id order.
+    IF v_wake_ids IS NOT NULL THEN
+        IF current_setting('transaction_isolation') = 'read committed' THEN
+            WITH need AS (
+                SELECT c.id, w.at
+                  FROM lonnymq_channel c
+                  JOIN unnest(v_wake_ids, v_wake_ats) AS w(id, at) ON c.id = w.id
+                 WHERE c.next_dequeue_at IS NULL
+                    OR c.next_dequeue_at > greatest(w.at, c.last_dequeue_at + c.release_interval_ms) + p_tolerance_ms
+                 ORDER BY c.id
+                   FOR NO KEY UPDATE OF c
+            ), woken AS (
+                UPDATE lonnymq_channel c
+                   SET next_dequeue_at = greatest(n.at, c.last_dequeue_at + c.release_interval_ms),
+                       turn = nextval('lonnymq_turn_seq') * 100000
+                  FROM need n
+                 WHERE c.id = n.id
+                   AND (c.next_dequeue_at IS NULL
+                        OR c.next_dequeue_at > greatest(n.at, c.last_dequeue_at + c.release_interval_ms)
+                                               + p_tolerance_ms)
+                RETURNING 1
+            )
+            SELECT count(*) > 0 INTO v_woken FROM woken;
+        ELSE
+            FOR i IN 1 .. cardinality(v_wake_ids) LOOP
+                IF lonnymq_wake_v1(v_wake_ids[i], v_wake_ats[i], p_tolerance_ms) THEN
+                    v_woken := true;
+                END IF;
+            END LOOP;
         END IF;
-    END LOOP;
+    END IF;
     IF v_woken THEN
         PERFORM pg_notify('lonnymq_wakeup', p_queue);
     END IF;
