@@ -7,14 +7,20 @@ Every figure is the median of the runs. Each run exports the same generated rows
 tenants, dedup on: derived keys) from 2 Spark partitions, batch 1,000, into emptied queue
 tables, and in the same run writes the very same rows (channel, payload, dedup key, from the
 same Spark projection) with a plain multi-row ``INSERT`` per chunk into a table with no
-functions, triggers, foreign keys or secondary indexes. The ratio is export / plain INSERT.
+functions, triggers, foreign keys or secondary indexes. The ratio is export / plain INSERT
+within each run (the median of the runs' ratios).
 Two more columns say where the time goes: the same Spark job with the database left out
 (rows only pass through the Python workers), and the partition writer fed from Python lists
 by 2 threads, no Spark (the database work of the export alone).
 
+The table also gives the size of ``lonnymq_dedup``'s primary key after the export (its keys
+are the derived ``"spark:"`` keys, which is what grows with the data set).
+
 The database is ``DATABASE_URL`` (default: postgres://postgres@127.0.0.1:5432/lq_bench_spark);
-it is created and migrated when needed. Do not point this at a database you care about: the
-queue tables are truncated before every run.
+it is created and migrated when needed, and dropped and created again when its queue functions
+differ from the ones in ``django_lonnymq/sql/`` (a database migrated before a function was
+changed in place would otherwise measure the old code). Do not point this at a database you
+care about: the queue tables are truncated before every run.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -56,21 +63,65 @@ CREATE TABLE IF NOT EXISTS {plain} (
 # ---------------------------------------------------------------------------------------
 
 
-def prepare_database(url: str) -> str:
-    """Create and migrate the bench database if needed; returns its DSN."""
+_FUNCTION = re.compile(
+    r"CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+(\w+)\s*\(.*?\bAS\s+\$(\w*)\$(.*?)\$\2\$", re.S | re.I
+)
+
+
+def stale_functions(dsn: str) -> list[str]:
+    """Queue functions whose body in the database differs from django_lonnymq/sql/*.up.sql."""
+    from django_lonnymq import sql
+
+    expected: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "django_lonnymq" / "sql").glob("*.up.sql")):
+        for name, _, body in _FUNCTION.findall(sql.read(path.name)):
+            expected.setdefault(name.lower(), []).append(body)
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT proname, prosrc FROM pg_proc WHERE proname = ANY(%s)", (list(expected),)
+        ).fetchall()
+    installed: dict[str, set[str]] = {}
+    for name, body in rows:
+        installed.setdefault(name, set()).add(body)
+    return sorted(name for name, bodies in expected.items() if not set(bodies) <= installed.get(name, set()))
+
+
+def prepare_database(url: str, log: Callable[[str], None]) -> str:
+    """Create and migrate the bench database if needed; returns its DSN.
+
+    A database whose functions are older than the SQL files (0001 was migrated before a
+    function was changed in place) is dropped and created again, so the bench measures the
+    code in this checkout.
+    """
     params = conninfo.conninfo_to_dict(url)
     dbname = str(params.get("dbname") or "lq_bench_spark")
     admin = conninfo.make_conninfo(url, dbname="postgres")
-    with psycopg.connect(admin, autocommit=True) as conn:
-        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (dbname,)).fetchone() is None:
-            conn.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(dbname)))
     env = {**os.environ, "DATABASE_URL": url}
-    subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), "migrate", "-v", "0"], cwd=ROOT, env=env, check=True
-    )
+    for attempt in range(2):
+        with psycopg.connect(admin, autocommit=True) as conn:
+            if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (dbname,)).fetchone() is None:
+                conn.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(dbname)))
+        subprocess.run(
+            [sys.executable, str(ROOT / "manage.py"), "migrate", "-v", "0"], cwd=ROOT, env=env, check=True
+        )
+        stale = stale_functions(url)
+        if not stale:
+            break
+        if attempt:
+            raise SystemExit(f"bench: {dbname} still has stale functions after re-creating it: {stale}")
+        log(
+            f"{dbname}: functions older than django_lonnymq/sql ({', '.join(stale)}); re-creating the database"
+        )
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(pgsql.SQL("DROP DATABASE {} WITH (FORCE)").format(pgsql.Identifier(dbname)))
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(pgsql.SQL(CREATE_PLAIN).format(plain=pgsql.Identifier(PLAIN_TABLE)))
     return url
+
+
+def dedup_index_bytes(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        return int(conn.execute("SELECT pg_relation_size('lonnymq_dedup_pkey')").fetchone()[0])  # type: ignore[index]
 
 
 def empty_tables(dsn: str) -> None:
@@ -201,18 +252,35 @@ def measure(spark: Any, dsn: str, rows: int, runs: int, log: Callable[[str], Non
     df = uploads(spark, rows)
     rows_df = projected(df)
     data = [tuple(r) for r in rows_df.collect()] if rows <= 1_000_000 else []
-    figures: dict[str, list[float]] = {"export": [], "plain": [], "spark": [], "writer": []}
+    figures: dict[str, list[float]] = {
+        "export": [],
+        "plain": [],
+        "spark": [],
+        "writer": [],
+        "index": [],
+        "ratio": [],
+    }
     for run in range(1, runs + 1):
         empty_tables(dsn)
         figures["export"].append(rows / timed(lambda: run_export(df, dsn)))
+        figures["index"].append(dedup_index_bytes(dsn) / 2**20)
         figures["plain"].append(rows / timed(lambda: run_plain(rows_df, dsn, rows)))
+        figures["ratio"].append(figures["export"][-1] / figures["plain"][-1])
         figures["spark"].append(rows / timed(lambda: run_spark_only(rows_df, rows)))
         if data:
             empty_tables(dsn)
             figures["writer"].append(rows / timed(lambda: run_writer_only(data, dsn)))
         log(
             f"  {rows:>9,} rows, run {run}/{runs}: "
-            + ", ".join(f"{k} {v[-1]:,.0f}/s" for k, v in figures.items() if v)
+            + ", ".join(
+                f"{k} {v[-1]:,.1f} MB"
+                if k == "index"
+                else f"{k} {v[-1]:.2f}x"
+                if k == "ratio"
+                else f"{k} {v[-1]:,.0f}/s"
+                for k, v in figures.items()
+                if v
+            )
         )
     return {k: statistics.median(v) for k, v in figures.items() if v}
 
@@ -228,7 +296,7 @@ def main(argv: list[str] | None = None) -> None:
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    dsn = prepare_database(os.environ.get("DATABASE_URL", DEFAULT_URL))
+    dsn = prepare_database(os.environ.get("DATABASE_URL", DEFAULT_URL), log)
     spark = spark_session()
     with psycopg.connect(dsn) as conn:
         version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
@@ -247,7 +315,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     header = (
         f"{'rows':>10} | {'export':>9} | {'plain INSERT':>12} | {'ratio':>6} | "
-        f"{'Spark only, no DB':>17} | {'writer only, no Spark':>21}"
+        f"{'Spark only, no DB':>17} | {'writer only, no Spark':>21} | {'dedup index':>11}"
     )
     print(header)
     print("-" * len(header))
@@ -255,8 +323,8 @@ def main(argv: list[str] | None = None) -> None:
         writer = f"{f['writer']:>21,.0f}" if "writer" in f else f"{'-':>21}"
         print(
             f"{rows:>10,} | {f['export']:>9,.0f} | {f['plain']:>12,.0f} | "
-            f"{f['export'] / f['plain']:>5.2f}x | "
-            f"{f['spark']:>17,.0f} | {writer}"
+            f"{f['ratio']:>5.2f}x | "
+            f"{f['spark']:>17,.0f} | {writer} | {f['index']:>8,.1f} MB"
         )
     spark.stop()
 

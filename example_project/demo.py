@@ -7,19 +7,25 @@
 3. Gives one small tenant a concurrency limit and one a rate limit (``configure_channel``).
 4. Enqueues ``bigcorp``'s large backlog first, then a few jobs for each small tenant.
 5. Starts worker subprocesses (``manage.py run_queue_worker --burst``), prints each tenant's
-   progress every second, then a summary and a verdict. Exits non-zero if anything is off.
+   progress every second, then a summary.
+6. The Spark step (example_project/spark_demo.py; ``--no-spark`` skips it): writes a skewed
+   data set with Spark (1,000 tenants, one holding half the rows), exports it into queue
+   ``ingest`` with ``django_lonnymq.spark.export()``, exports it again (which must enqueue
+   nothing), lets burst workers drain it and shows that the 999 small tenants did not wait
+   for the big one.
+7. A verdict over both parts. Exits non-zero if anything is off.
 
 "Done" counts come from ``tenants_jobrun``, which the handler writes after a job's work and
 before the worker acks it; at the end the demo also checks that no message is left in the
 queue, none died, each job ran once, and ``django_lonnymq.api.check()`` finds no problem.
 
     python example_project/demo.py [--big 3000] [--small 8] [--small-jobs 15] [--workers 2]
+                                   [--no-spark] [--spark-rows 20000]
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import random
 import subprocess
@@ -40,7 +46,6 @@ SMALL_NAMES = ["acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne
 CAPPED = "acme"  # max_concurrency=1
 RATE_LIMITED = "globex"  # one release per RATE_INTERVAL
 RATE_INTERVAL = 0.25
-HAS_SPARK_STEP = importlib.util.find_spec("example_project.spark_demo") is not None
 
 
 @dataclass
@@ -66,12 +71,20 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--timeout", type=float, default=300, help="give up after this many seconds (default 300)"
     )
-    # ---- Spark step hook ---------------------------------------------------------------
-    # example_project/spark_demo.py (not part of this file) may define run_spark_step(); the
-    # --spark flag exists only when that module does. See run_spark_step_if_asked() below.
-    if HAS_SPARK_STEP:
-        parser.add_argument("--spark", action="store_true", help="also run the Spark step (spark_demo.py)")
+    parser.add_argument(
+        "--no-spark",
+        dest="spark",
+        action="store_false",
+        help="skip the Spark step (example_project/spark_demo.py)",
+    )
+    # --spark asked for the Spark step when it was optional; it is the default now.
+    parser.add_argument("--spark", action="store_true", default=True, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--spark-rows", type=int, default=20_000, help="rows of the Spark step's data set (default 20000)"
+    )
     args = parser.parse_args()
+    if args.spark_rows < 2:
+        parser.error("--spark-rows must be at least 2")
     for name in ("big", "small", "small_jobs", "workers", "concurrency", "batch_size"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -228,7 +241,10 @@ def done_counts(tenants_table: str) -> dict[str, int]:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT tenant, count(DISTINCT message_id) FROM {tenants_table} GROUP BY tenant")
+        cursor.execute(
+            f"SELECT tenant, count(DISTINCT message_id) FROM {tenants_table} WHERE queue = %s GROUP BY tenant",
+            [QUEUE],
+        )
         return dict(cursor.fetchall())
 
 
@@ -322,12 +338,13 @@ def summarize(
             WITH ranked AS (
                 SELECT tenant, message_id, seconds, started_at, finished_at,
                        row_number() OVER (ORDER BY finished_at, id) AS position
-                  FROM {table})
+                  FROM {table} WHERE queue = %s)
             SELECT tenant, count(*), count(DISTINCT message_id),
                    extract(epoch FROM min(started_at)), extract(epoch FROM max(finished_at)),
                    max(position), sum(seconds)
               FROM ranked GROUP BY tenant
-            """
+            """,
+            [QUEUE],
         )
         rows = {r[0]: r[1:] for r in cursor.fetchall()}
         cursor.execute(
@@ -409,26 +426,17 @@ def fairness(tenants: list[Tenant], finish: dict[str, float]) -> list[str]:
     return []
 
 
-def run_spark_step_if_asked(args: argparse.Namespace) -> list[str]:
-    # ==== SPARK STEP =====================================================================
-    # example_project/spark_demo.py (another module, not written here) provides
-    # run_spark_step(). It runs after the fairness demo, prints its own output, and returns
-    # None or True on success, False (or raises) on failure. --spark exists only when the
-    # module does.
-    if not (HAS_SPARK_STEP and getattr(args, "spark", False)):
+def spark_step(args: argparse.Namespace) -> list[str]:
+    """Run example_project/spark_demo.py's step (unless --no-spark); returns its problems."""
+    if not args.spark:
         return []
-    from example_project import spark_demo
-
-    step = getattr(spark_demo, "run_spark_step", None)
-    if step is None:
-        return ["--spark: example_project/spark_demo.py defines no run_spark_step()"]
-    print("\n== Spark step (example_project/spark_demo.py) ==")
+    print("\n== Spark step: a skewed data set becomes queue 'ingest' (spark_demo.py; --no-spark skips) ==")
     try:
-        ok = step()
+        from example_project.spark_demo import run_spark_step
+
+        return run_spark_step(rows=args.spark_rows, workers=args.workers, timeout=args.timeout)
     except Exception as exc:  # report it with the other problems, then fail the demo
-        return [f"Spark step failed: {exc!r}"]
-    return [] if ok is None or ok else ["Spark step reported failure"]
-    # ==== END SPARK STEP =================================================================
+        return [f"Spark step failed: {type(exc).__name__}: {exc}"]
 
 
 def main() -> int:
@@ -485,7 +493,7 @@ def main() -> int:
     finish, found = summarize(tenants, table, t0_wall, args.workers * args.concurrency)
     problems += found
     problems += fairness(tenants, finish)
-    problems += run_spark_step_if_asked(args)
+    problems += spark_step(args)
 
     print()
     if problems:
@@ -493,7 +501,10 @@ def main() -> int:
         for problem in problems:
             print(f"  - {problem}")
         return 1
-    print("RESULT: OK (every job ran once, nothing left or dead, scheduler state consistent)")
+    print(
+        "RESULT: OK (every job ran once, nothing left or dead, scheduler state consistent"
+        + (", Spark export exactly once)" if args.spark else ")")
+    )
     return 0
 
 

@@ -63,5 +63,7 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"django_lonnymq": {"handlers": ["console"], "level": env("LONNYMQ_LOG_LEVEL", default="INFO")}},
+    "loggers": {
+        "django_lonnymq": {"handlers": ["console"], "level": env("LONNYMQ_LOG_LEVEL", default="INFO")}
+    },
 }

@@ -39,6 +39,10 @@ if TYPE_CHECKING:
 # Rows whose dedup key is derived get this prefix, so they never collide with keys a program
 # passes to enqueue() by hand.
 DERIVED_KEY_PREFIX = "spark:"
+# Hex digits of the sha256 kept in a derived key: 32 = 128 bits. A collision (two different
+# rows sharing a key, so one is dropped as a duplicate) needs about 2**64 keys in one channel
+# within the dedup window; the shorter key keeps lonnymq_dedup's primary key smaller.
+DERIVED_KEY_HEX_DIGITS = 32
 # Separates the hashed fields; it cannot occur in JSON text produced by to_json.
 _SEP = "\x1f"
 # Spark options that make the JSON text, and so the derived keys, independent of session
@@ -100,7 +104,8 @@ def export(
     - ``payload_col``: a column of JSON text, or a struct/map/array column; by default the
       payload is a JSON object of every other column (all but the channel and run-at ones).
     - ``dedup_col``: each row's dedup key (string or integer, 1-200 characters). Without it
-      the key is ``"spark:" + sha256(export_id, channel, payload, run_at)``: a re-run of the
+      the key is ``"spark:"`` + the first 128 bits (32 hex digits) of
+      ``sha256(export_id, channel, payload, run_at)``: a re-run of the
       same rows with the same ``export_id`` enqueues nothing again, and identical rows
       collapse into one message. Use a new ``export_id`` for a run that must enqueue again.
     - ``run_at_col``: a timestamp, or integer milliseconds since the epoch; null means now.
@@ -313,7 +318,8 @@ def _project(
         content = sf.concat_ws(
             _SEP, sf.lit(export_id), channel, payload, sf.coalesce(run_at.cast("string"), sf.lit(""))
         )
-        dedup = sf.concat(sf.lit(DERIVED_KEY_PREFIX), sf.sha2(content, 256))
+        digest = sf.substring(sf.sha2(content, 256), 1, DERIVED_KEY_HEX_DIGITS)
+        dedup = sf.concat(sf.lit(DERIVED_KEY_PREFIX), digest)
         dedup_name = "derived dedup key"
 
     projected = df.select(

@@ -29,3 +29,24 @@ def transcode(message: Message) -> None:
         started_at=started_at,
         finished_at=timezone.now(),
     )
+
+
+@handler("ingest")
+def ingest(message: Message) -> None:
+    """Pretend to ingest one uploaded file (a row of the Spark step's data set), then record it.
+
+    The payload is the row as JSON (``file_id``, ``kind``, ``size_bytes``, ``uploaded_at``);
+    the channel is the tenant. No simulated work: the Spark step drains 20,000 of these and
+    shows the order they finish in. Recorded like ``transcode``, before the worker acks.
+    """
+    started_at = timezone.now()
+    JobRun.objects.create(
+        queue="ingest",
+        message_id=message.id,
+        tenant=message.channel,
+        seconds=0.0,
+        attempt=message.attempt,
+        worker_pid=os.getpid(),
+        started_at=started_at,
+        finished_at=timezone.now(),
+    )

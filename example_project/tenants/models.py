@@ -4,8 +4,13 @@ from django.db import models
 
 
 class JobRun(models.Model):
-    """A finished run of a ``transcode`` job (the demo counts and times tenants with these)."""
+    """A finished run of a job (the demo counts and times tenants with these).
 
+    ``queue`` tells the demo's two workloads apart: ``transcode`` (the fairness demo) and
+    ``ingest`` (the Spark step, example_project/spark_demo.py).
+    """
+
+    queue = models.CharField(max_length=100, default="transcode")
     message_id = models.BigIntegerField(db_index=True)
     tenant = models.CharField(max_length=200, db_index=True)
     seconds = models.FloatField(help_text="Simulated work, from the payload.")

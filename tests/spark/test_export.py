@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -46,7 +48,11 @@ def test_each_row_becomes_exactly_one_message_in_its_channel(spark: Any, dsn: st
     # Every other column, as JSON; the channel is the message's channel, not payload.
     assert first["payload"] == {"file_id": "file-3", "size": 21, "kind": "pdf"}
     assert first["channel"] == "tenant-3"
-    assert first["dedup_key"].startswith("spark:") and len(first["dedup_key"]) == 70
+    # The derived key: "spark:" + the first 128 bits of sha256(export_id, channel, payload
+    # JSON with sorted keys, run_at), fields separated by \x1f; no export_id, no run_at here.
+    content = "\x1f".join(["", "tenant-3", '{"file_id":"file-3","kind":"pdf","size":21}', ""])
+    assert first["dedup_key"] == "spark:" + hashlib.sha256(content.encode()).hexdigest()[:32]
+    assert re.fullmatch(r"spark:[0-9a-f]{32}", first["dedup_key"])
 
 
 def test_running_the_same_export_again_enqueues_nothing(spark: Any, dsn: str) -> None:
