@@ -34,8 +34,8 @@ DEFAULTS: dict[str, Any] = {
     "SHUTDOWN_TIMEOUT": timedelta(seconds=30),
     # How long a dedup key keeps refusing duplicates after its message was enqueued.
     "DEDUP_WINDOW": timedelta(days=1),
-    # An enqueue lowers a channel's next turn only when it is later than needed by more
-    # than this; a larger value means fewer row locks for producers, a later wake-up.
+    # An enqueue wakes a channel (leaves a wake-up mark) only when its next turn is later
+    # than needed by more than this; a larger value means fewer marks, a later wake-up.
     "WAKE_TOLERANCE": timedelta(milliseconds=50),
     # Extra modules the worker imports to register handlers (besides each app's handlers.py).
     "HANDLER_MODULES": [],

@@ -137,6 +137,7 @@ class Worker:
         self._next_reap = 0.0
         self._next_extend = 0.0
         self._queue_turn = 0
+        self._backoff = 0.0
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -194,6 +195,7 @@ class Worker:
                     self._fetch(min(free, self.batch_size, self._quota_left())) if wanted and free > 0 else 0
                 )
                 if got:
+                    self._backoff = 0.0
                     continue
                 if wanted and free > 0:
                     self.stats.empty_fetches += 1
@@ -215,6 +217,10 @@ class Worker:
         options = params.pop("options", "") or ""
         # A killed worker's server backend notices the dead client within a second.
         options += " -c client_connection_check_interval=1000 -c lock_timeout=0"
+        # The worker's own commits (leases, acks, retries) need not wait for the WAL flush: a
+        # server crash can only undo the last few hundred ms of them, which redelivers those
+        # messages - what at-least-once already allows. Producers keep their durable commits.
+        options += " -c synchronous_commit=off"
         conn = psycopg.connect(
             **params,
             options=options.strip(),
@@ -341,10 +347,18 @@ class Worker:
         return bool(self._scalar("pending", {"queues": self.queues}))
 
     def _idle_wait(self) -> float:
-        """Sleep until the earliest channel turn, capped by the poll interval."""
+        """Sleep until the earliest channel turn, capped by the poll interval.
+
+        A turn that is already due while our dequeue found nothing means other workers hold
+        those channels: back off (5 ms, doubling to 100 ms; reset by the next successful
+        fetch) instead of spinning on 1 ms waits that burn the CPU the holders need.
+        """
         due_ms = self._scalar("next_due", {"queues": self.queues})
         if due_ms is None:
             return self.poll_interval
+        if due_ms <= 0:
+            self._backoff = min(self._backoff * 2, 0.1) if self._backoff else 0.005
+            return self._backoff
         return min(max(due_ms / 1000, 0.001), self.poll_interval)
 
     # -- waiting -------------------------------------------------------------------------
@@ -359,6 +373,11 @@ class Worker:
         """Sleep until a notification, a finished handler, a stop request, or ``timeout``."""
         if not self._outcomes.empty() or timeout <= 0:
             return
+        # A notification that arrived while another query ran (ack, next_due, ...) was read
+        # off the socket by psycopg and sits in its backlog: select() would not see it and
+        # the worker would sleep a whole poll interval with a message ready.
+        if self._drain_notifies():
+            return
         fds: list[int] = [self._wake_r]
         if self._conn is not None and not self._conn.closed:
             fds.append(self._conn.fileno())
@@ -372,6 +391,15 @@ class Worker:
         if self._conn is not None and len(fds) > 1 and fds[1] in readable:
             for _ in self._conn.notifies(timeout=0):
                 pass
+
+    def _drain_notifies(self) -> bool:
+        """Consume notifications psycopg already holds; True when there were any."""
+        if self._conn is None or self._conn.closed:
+            return False
+        got = False
+        for _ in self._conn.notifies(timeout=0):
+            got = True
+        return got
 
     def _heartbeat_due_in(self) -> float:
         """Until the next heartbeat or reap is due, capped by the poll interval."""

@@ -97,6 +97,27 @@ CREATE TABLE lonnymq_dedup (
 );
 CREATE INDEX lonnymq_dedup_created_idx ON lonnymq_dedup (created_at);
 
+-- Wake-up marks: "this channel has work from this time on". A producer whose channel is parked
+-- (or whose next turn is too late) leaves a mark instead of updating the channel row, so it
+-- never holds a row lock that another producer or a dequeuer would wait for. The mark commits
+-- or rolls back with the messages; the next dequeue of the queue applies committed marks to
+-- the channel rows and deletes them. One mark per channel and producer transaction.
+CREATE TABLE lonnymq_wake (
+    id          bigserial PRIMARY KEY,
+    queue       text   NOT NULL,
+    channel_id  bigint NOT NULL,
+    dequeue_at  bigint NOT NULL,
+    xact        xid8   NOT NULL DEFAULT pg_current_xact_id()
+) WITH (
+    -- Inserted and deleted all day, usually nearly empty: vacuum early.
+    autovacuum_vacuum_scale_factor = 0.0,
+    autovacuum_vacuum_threshold = 500,
+    autovacuum_vacuum_insert_threshold = 500,
+    autovacuum_vacuum_cost_delay = 0
+);
+CREATE UNIQUE INDEX lonnymq_wake_channel_xact_uniq ON lonnymq_wake (channel_id, xact);
+CREATE INDEX lonnymq_wake_queue_idx ON lonnymq_wake (queue, dequeue_at);
+
 CREATE TABLE lonnymq_dead_message (
     id            bigint      PRIMARY KEY,
     channel_id    bigint      NULL REFERENCES lonnymq_channel (id) ON DELETE SET NULL,
@@ -241,6 +262,73 @@ BEGIN
 END
 $$;
 
+-- A producer's wake-up: leave a mark for each channel (distinct ids) whose next turn is not
+-- early enough for a message due at the paired time. Takes no row lock: the marks become
+-- visible when the producer commits and the next dequeue applies them. The caller holds the
+-- channels' shared advisory locks, so no dequeuer parks them meanwhile (docs/locking.md).
+-- Under REPEATABLE READ or SERIALIZABLE the producer's snapshot may predate a park: it always
+-- marks. Notifies the queue's workers (delivered at commit) when it marked anything.
+CREATE FUNCTION lonnymq_mark_v1(p_queue text, p_channel_ids bigint[], p_dequeue_ats bigint[],
+                                p_tolerance_ms bigint)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_marked integer;
+BEGIN
+    INSERT INTO lonnymq_wake AS w (queue, channel_id, dequeue_at)
+    SELECT p_queue, c.id, u.at
+      FROM unnest(p_channel_ids, p_dequeue_ats) AS u(id, at)
+      JOIN lonnymq_channel c ON c.id = u.id AND c.id = ANY (p_channel_ids)
+     WHERE current_setting('transaction_isolation') <> 'read committed'
+        OR c.next_dequeue_at IS NULL
+        OR c.next_dequeue_at > greatest(u.at, c.last_dequeue_at + c.release_interval_ms) + p_tolerance_ms
+    ON CONFLICT (channel_id, xact) DO UPDATE SET dequeue_at = least(w.dequeue_at, excluded.dequeue_at);
+    GET DIAGNOSTICS v_marked = ROW_COUNT;
+    IF v_marked > 0 THEN
+        PERFORM pg_notify('lonnymq_wakeup', p_queue);
+    END IF;
+    RETURN v_marked > 0;
+END
+$$;
+
+-- A dequeuer's first step: apply the committed marks of a queue to their channels (only
+-- ever earlier) and delete them. Marks whose channel row another session holds stay for
+-- the next call; nothing here waits.
+CREATE FUNCTION lonnymq_apply_marks_v1(p_queue text, p_tolerance_ms bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_ids bigint[];
+    v_ats bigint[];
+BEGIN
+    WITH marks AS (
+        SELECT w.id, w.channel_id, w.dequeue_at
+          FROM lonnymq_wake w
+          JOIN lonnymq_channel c ON c.id = w.channel_id
+         WHERE w.queue = p_queue
+         ORDER BY w.dequeue_at
+         LIMIT 10000
+           FOR UPDATE OF w SKIP LOCKED
+           FOR NO KEY UPDATE OF c SKIP LOCKED
+    ), gone AS (
+        DELETE FROM lonnymq_wake w WHERE w.id IN (SELECT m.id FROM marks m)
+        RETURNING w.channel_id, w.dequeue_at
+    )
+    SELECT array_agg(g.channel_id ORDER BY g.channel_id), array_agg(g.at ORDER BY g.channel_id)
+      INTO v_ids, v_ats
+      FROM (SELECT channel_id, min(dequeue_at) AS at FROM gone GROUP BY channel_id) g;
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+    UPDATE lonnymq_channel c
+       SET next_dequeue_at = greatest(u.at, c.last_dequeue_at + c.release_interval_ms),
+           turn = nextval('lonnymq_turn_seq') * 100000
+      FROM unnest(v_ids, v_ats) AS u(id, at)
+     WHERE c.id = u.id AND c.id = ANY (v_ids)
+       AND (c.next_dequeue_at IS NULL
+            OR c.next_dequeue_at > greatest(u.at, c.last_dequeue_at + c.release_interval_ms) + p_tolerance_ms);
+END
+$$;
+
 -- ---------------------------------------------------------------------------------------
 -- Enqueue
 -- ---------------------------------------------------------------------------------------
@@ -300,9 +388,7 @@ BEGIN
     INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key)
     VALUES (v_id, v_channel_id, p_payload, v_dequeue_at, p_priority, p_max_attempts, p_dedup_key);
 
-    IF lonnymq_wake_v1(v_channel_id, v_dequeue_at, p_tolerance_ms) THEN
-        PERFORM pg_notify('lonnymq_wakeup', p_queue);
-    END IF;
+    PERFORM lonnymq_mark_v1(p_queue, ARRAY[v_channel_id], ARRAY[v_dequeue_at], p_tolerance_ms);
     RETURN v_id;
 END
 $$;
@@ -330,11 +416,11 @@ DECLARE
     v_n        integer := coalesce(cardinality(p_payloads), 0);
     v_ids      bigint[];
     v_bad      record;
-    v_woken    boolean := false;
     v_inserted integer;
     v_wake_ids bigint[];
     v_wake_ats bigint[];
-    i          integer;
+    v_fast_ids   bigint[];
+    v_fast_names text[];
 BEGIN
     IF coalesce(cardinality(p_channels), 0) <> v_n
        OR (p_run_at_ms IS NOT NULL AND cardinality(p_run_at_ms) <> v_n)
@@ -349,6 +435,44 @@ BEGIN
     END IF;
     IF p_queue IS NULL OR char_length(p_queue) NOT BETWEEN 1 AND 100 THEN
         PERFORM lonnymq_check_names_v1(p_queue, 'x');
+    END IF;
+
+    -- Fast path: no schedule, priority or dedup key in the batch (NULL arrays), every row
+    -- valid. Set-based, no scratch table: channels, shared locks, one INSERT, wake-ups.
+    IF p_run_at_ms IS NULL AND p_delay_ms IS NULL AND p_priorities IS NULL AND p_dedup_keys IS NULL
+       AND NOT EXISTS (
+           SELECT 1 FROM unnest(p_channels, p_payloads,
+                                coalesce(p_max_attempts, array_fill(p_default_max_attempts, ARRAY[v_n])))
+                         AS u(channel, payload, max_attempts)
+            WHERE u.channel IS NULL OR char_length(u.channel) NOT BETWEEN 1 AND 200 OR u.payload IS NULL
+               OR u.max_attempts IS NULL OR u.max_attempts NOT BETWEEN 1 AND 1000) THEN
+        INSERT INTO lonnymq_channel (queue, name)
+        SELECT DISTINCT p_queue, u.name FROM unnest(p_channels) AS u(name)
+         WHERE NOT EXISTS (SELECT 1 FROM lonnymq_channel c WHERE c.queue = p_queue AND c.name = u.name)
+         ORDER BY 2
+        ON CONFLICT (queue, name) DO NOTHING;
+        SELECT array_agg(c.id ORDER BY c.id), array_agg(c.name ORDER BY c.id) INTO v_fast_ids, v_fast_names
+          FROM lonnymq_channel c WHERE c.queue = p_queue AND c.name = ANY (p_channels);
+        IF coalesce(cardinality(v_fast_ids), 0) < (SELECT count(DISTINCT u.name) FROM unnest(p_channels) AS u(name)) THEN
+            RAISE EXCEPTION 'a channel of queue % was created concurrently; retry the transaction', p_queue
+                USING ERRCODE = '40001';
+        END IF;
+        PERFORM pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(f.id))
+           FROM unnest(v_fast_ids) AS f(id) ORDER BY f.id;
+        WITH ins AS (
+            INSERT INTO lonnymq_message (channel_id, payload, dequeue_at, priority, max_attempts)
+            SELECT f.id, u.payload, v_now, 0, u.max_attempts
+              FROM unnest(p_channels, p_payloads,
+                          coalesce(p_max_attempts, array_fill(p_default_max_attempts, ARRAY[v_n])))
+                   WITH ORDINALITY AS u(channel, payload, max_attempts, ord)
+              JOIN unnest(v_fast_ids, v_fast_names) AS f(id, name) ON f.name = u.channel
+             ORDER BY u.ord
+            RETURNING lonnymq_message.id
+        )
+        SELECT array_agg(ins.id ORDER BY ins.id) INTO v_ids FROM ins;  -- ids follow input order
+        PERFORM lonnymq_mark_v1(p_queue, v_fast_ids, array_fill(v_now, ARRAY[cardinality(v_fast_ids)]),
+                                p_tolerance_ms);
+        RETURN v_ids;
     END IF;
 
     -- A session-local scratch table: the batch is read several times below.
@@ -447,39 +571,9 @@ BEGIN
           INTO v_ids FROM lonnymq_enqueue_rows r;
     END IF;
 
-    -- Wake the channels that need it: one statement, locking only those rows, in id order.
+    -- Mark the channels that need waking (no row lock).
     IF v_wake_ids IS NOT NULL THEN
-        IF current_setting('transaction_isolation') = 'read committed' THEN
-            WITH need AS (
-                SELECT c.id, w.at
-                  FROM lonnymq_channel c
-                  JOIN unnest(v_wake_ids, v_wake_ats) AS w(id, at) ON c.id = w.id
-                 WHERE c.next_dequeue_at IS NULL
-                    OR c.next_dequeue_at > greatest(w.at, c.last_dequeue_at + c.release_interval_ms) + p_tolerance_ms
-                 ORDER BY c.id
-                   FOR NO KEY UPDATE OF c
-            ), woken AS (
-                UPDATE lonnymq_channel c
-                   SET next_dequeue_at = greatest(n.at, c.last_dequeue_at + c.release_interval_ms),
-                       turn = nextval('lonnymq_turn_seq') * 100000
-                  FROM need n
-                 WHERE c.id = n.id
-                   AND (c.next_dequeue_at IS NULL
-                        OR c.next_dequeue_at > greatest(n.at, c.last_dequeue_at + c.release_interval_ms)
-                                               + p_tolerance_ms)
-                RETURNING 1
-            )
-            SELECT count(*) > 0 INTO v_woken FROM woken;
-        ELSE
-            FOR i IN 1 .. cardinality(v_wake_ids) LOOP
-                IF lonnymq_wake_v1(v_wake_ids[i], v_wake_ats[i], p_tolerance_ms) THEN
-                    v_woken := true;
-                END IF;
-            END LOOP;
-        END IF;
-    END IF;
-    IF v_woken THEN
-        PERFORM pg_notify('lonnymq_wakeup', p_queue);
+        PERFORM lonnymq_mark_v1(p_queue, v_wake_ids, v_wake_ats, p_tolerance_ms);
     END IF;
     DELETE FROM lonnymq_enqueue_rows;
     RETURN v_ids;
@@ -523,6 +617,9 @@ DECLARE
     v_next_at     bigint[];
     v_next_last   bigint[];
     v_next_leased integer[];
+    v_msg_ords    bigint[];
+    v_lock_timeout text;
+    v_intervals   bigint[];
     i             integer;
     v_head        bigint;
     v_floor       bigint;
@@ -542,26 +639,42 @@ BEGIN
     -- 1. Pick channels whose turn has come, in round-robin order; skip those another
     --    dequeuer holds. NO KEY UPDATE does not conflict with the KEY SHARE locks that
     --    producers' foreign-key checks hold on the channel row.
-    SELECT array_agg(p.id ORDER BY p.next_dequeue_at, p.turn),
-           array_agg(p.name ORDER BY p.next_dequeue_at, p.turn),
-           array_agg(p.room ORDER BY p.next_dequeue_at, p.turn),
-           array_agg(p.id) FILTER (WHERE p.max_concurrency IS NOT NULL)
-      INTO v_ch_ids, v_ch_names, v_quotas, v_limited
-      FROM (
-        SELECT c.id, c.name, c.next_dequeue_at, c.turn, c.max_concurrency,
-               CASE WHEN c.release_interval_ms > 0 THEN 1
-                    WHEN c.max_concurrency IS NOT NULL THEN c.max_concurrency - c.in_flight
-                    ELSE p_batch_size END AS room
-          FROM lonnymq_channel c
-         WHERE c.queue = p_queue
-           AND c.next_dequeue_at <= v_now
-           AND c.next_dequeue_at IS NOT NULL
-           AND NOT c.paused
-           AND (c.max_concurrency IS NULL OR c.in_flight < c.max_concurrency)
-         ORDER BY c.next_dequeue_at, c.turn
-         LIMIT p_batch_size
-           FOR NO KEY UPDATE OF c SKIP LOCKED
-      ) p;
+    --    SKIP LOCKED does not apply where PostgreSQL follows a channel row's update chain
+    --    ("while locking updated version of tuple"): two dequeuers can then wait on each
+    --    other until deadlock_timeout (1 s) kills one. A short lock timeout turns that into
+    --    an empty batch after 20 ms; the worker simply asks again.
+    v_lock_timeout := current_setting('lock_timeout');
+    PERFORM set_config('lock_timeout', '20ms', true);
+    BEGIN
+        -- 0. Producers' committed wake-up marks lower their channels' next turn first.
+        IF EXISTS (SELECT 1 FROM lonnymq_wake w WHERE w.queue = p_queue) THEN
+            PERFORM lonnymq_apply_marks_v1(p_queue, p_tolerance_ms);
+        END IF;
+        SELECT array_agg(p.id ORDER BY p.next_dequeue_at, p.turn),
+               array_agg(p.name ORDER BY p.next_dequeue_at, p.turn),
+               array_agg(p.room ORDER BY p.next_dequeue_at, p.turn),
+               array_agg(p.id) FILTER (WHERE p.max_concurrency IS NOT NULL)
+          INTO v_ch_ids, v_ch_names, v_quotas, v_limited
+          FROM (
+            SELECT c.id, c.name, c.next_dequeue_at, c.turn, c.max_concurrency,
+                   CASE WHEN c.release_interval_ms > 0 THEN 1
+                        WHEN c.max_concurrency IS NOT NULL THEN c.max_concurrency - c.in_flight
+                        ELSE p_batch_size END AS room
+              FROM lonnymq_channel c
+             WHERE c.queue = p_queue
+               AND c.next_dequeue_at <= v_now
+               AND c.next_dequeue_at IS NOT NULL
+               AND NOT c.paused
+               AND (c.max_concurrency IS NULL OR c.in_flight < c.max_concurrency)
+             ORDER BY c.next_dequeue_at, c.turn
+             LIMIT p_batch_size
+               FOR NO KEY UPDATE OF c SKIP LOCKED
+          ) p;
+    EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+        PERFORM set_config('lock_timeout', v_lock_timeout, true);
+        RETURN;
+    END;
+    PERFORM set_config('lock_timeout', v_lock_timeout, true);
     v_n := coalesce(cardinality(v_ch_ids), 0);
     IF v_n = 0 THEN
         RETURN;
@@ -570,8 +683,8 @@ BEGIN
 
     -- 2. Candidate messages: each picked channel's first ready ones, then cut the batch in
     --    round-robin order (rank within channel, then pick order).
-    SELECT array_agg(x.id ORDER BY x.rank, x.ord)
-      INTO v_msg_ids
+    SELECT array_agg(x.id ORDER BY x.rank, x.ord), array_agg(x.ord ORDER BY x.rank, x.ord)
+      INTO v_msg_ids, v_msg_ords
       FROM (
         SELECT m.id, m.rank, p.ord
           FROM unnest(v_ch_ids, v_quotas) WITH ORDINALITY AS p(channel_id, room, ord)
@@ -603,17 +716,18 @@ BEGIN
 
     -- 4. Each picked channel's next turn: its next ready message, no earlier than now plus
     --    its release interval when it released something.
+    --    Leased per channel comes from step 2's pick ordinals: probing the message table
+    --    with the id array once per channel cost 100 x 100 index probes per call.
     SELECT array_agg(p.channel_id ORDER BY p.ord),
            array_agg(h.dequeue_at ORDER BY p.ord),
            array_agg(c.last_dequeue_at + c.release_interval_ms ORDER BY p.ord),
-           array_agg(coalesce(l.n, 0) ORDER BY p.ord)
-      INTO v_next_ids, v_next_at, v_next_last, v_next_leased
+           array_agg(coalesce(cardinality(array_positions(v_msg_ords, p.ord)), 0) ORDER BY p.ord),
+           array_agg(c.release_interval_ms ORDER BY p.ord)
+      INTO v_next_ids, v_next_at, v_next_last, v_next_leased, v_intervals
       FROM unnest(v_ch_ids) WITH ORDINALITY AS p(channel_id, ord)
-      JOIN lonnymq_channel c ON c.id = p.channel_id
-      LEFT JOIN LATERAL (
-          SELECT count(*)::integer AS n FROM lonnymq_message lm
-           WHERE lm.id = ANY (v_msg_ids) AND lm.channel_id = p.channel_id
-      ) l ON true
+      -- "= ANY" gives the planner an index path (a plain join to unnest() is planned as a
+      -- hash join over a sequential scan of every channel).
+      JOIN lonnymq_channel c ON c.id = p.channel_id AND c.id = ANY (v_ch_ids)
       LEFT JOIN LATERAL (
           SELECT mm.dequeue_at FROM lonnymq_message mm
            WHERE mm.channel_id = p.channel_id AND mm.lease_until IS NULL
@@ -622,7 +736,7 @@ BEGIN
 
     FOR i IN 1 .. v_n LOOP
         IF v_next_leased[i] > 0 THEN
-            v_floor := v_now + (SELECT c.release_interval_ms FROM lonnymq_channel c WHERE c.id = v_next_ids[i]);
+            v_floor := v_now + v_intervals[i];
         ELSE
             v_floor := greatest(v_now, coalesce(v_next_last[i], v_now));
         END IF;
@@ -654,7 +768,7 @@ BEGIN
            released_total = c.released_total + u.leased,
            in_flight = c.in_flight + CASE WHEN c.max_concurrency IS NOT NULL THEN u.leased ELSE 0 END
       FROM unnest(v_next_ids, v_next_at, v_next_leased) WITH ORDINALITY AS u(channel_id, next_at, leased, ord)
-     WHERE c.id = u.channel_id;
+     WHERE c.id = u.channel_id AND c.id = ANY (v_next_ids);
 
     IF v_msg_ids IS NULL THEN
         RETURN;
@@ -673,14 +787,17 @@ $$;
 -- Idle workers sleep until then, or until a notification wakes them.
 CREATE FUNCTION lonnymq_next_due_v1(p_queues text[]) RETURNS bigint
 LANGUAGE sql STABLE AS $$
-    SELECT min(x.next_dequeue_at) FROM unnest(p_queues) AS q(name)
+    SELECT min(x.at) FROM unnest(p_queues) AS q(name)
     CROSS JOIN LATERAL (
-        SELECT c.next_dequeue_at FROM lonnymq_channel c
-         WHERE c.queue = q.name
-           AND c.next_dequeue_at IS NOT NULL
-           AND NOT c.paused
-           AND (c.max_concurrency IS NULL OR c.in_flight < c.max_concurrency)
-         ORDER BY c.next_dequeue_at LIMIT 1
+        (SELECT c.next_dequeue_at AS at FROM lonnymq_channel c
+          WHERE c.queue = q.name
+            AND c.next_dequeue_at IS NOT NULL
+            AND NOT c.paused
+            AND (c.max_concurrency IS NULL OR c.in_flight < c.max_concurrency)
+          ORDER BY c.next_dequeue_at LIMIT 1)
+        UNION ALL
+        -- A producer's committed mark: the next dequeue applies it.
+        (SELECT w.dequeue_at FROM lonnymq_wake w WHERE w.queue = q.name ORDER BY w.dequeue_at LIMIT 1)
     ) x
 $$;
 
@@ -1149,6 +1266,13 @@ LANGUAGE sql VOLATILE AS $$
                            ORDER BY mm.dequeue_at, mm.id LIMIT 1) h
      WHERE NOT c.paused
        AND h.dequeue_at < lonnymq_now_ms_v1() - p_grace_ms
+       -- Its next turn is missing, or later than the head (and the rate limit) need and
+       -- still ahead: a turn that has already come is eligible now, however old the head.
        AND (c.next_dequeue_at IS NULL
-            OR c.next_dequeue_at > greatest(h.dequeue_at, c.last_dequeue_at + c.release_interval_ms) + p_grace_ms)
+            OR c.next_dequeue_at > greatest(h.dequeue_at, c.last_dequeue_at + c.release_interval_ms,
+                                            lonnymq_now_ms_v1()) + p_grace_ms)
+       -- A producer's committed wake-up mark is applied by the next dequeue.
+       AND NOT EXISTS (SELECT 1 FROM lonnymq_wake w
+                        WHERE w.channel_id = c.id
+                          AND w.dequeue_at <= greatest(h.dequeue_at, lonnymq_now_ms_v1()) + p_grace_ms)
 $$;

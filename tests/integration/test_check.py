@@ -32,9 +32,40 @@ def test_check_reports_a_stranded_channel():
     message_id = enqueue("chk", "x", channel="s")
     _execute("UPDATE lonnymq_message SET dequeue_at = %s WHERE id = %s", [db_now_ms() - 10_000, message_id])
     _execute("UPDATE lonnymq_channel SET next_dequeue_at = NULL WHERE queue = 'chk'")
+    _execute("DELETE FROM lonnymq_wake WHERE queue = 'chk'")  # the enqueue's wake-up mark
     [problem] = api.check()
     assert (problem.channel, problem.problem) == ("s", "stranded")
     assert dequeue("chk") == []  # really stranded: dequeue cannot see it
+
+
+def test_a_pending_wake_up_mark_is_not_stranded_and_the_next_dequeue_applies_it():
+    """The enqueue into a new (parked) channel leaves a mark instead of locking the row."""
+    message_id = enqueue("chk", "x", channel="m")
+    _execute("UPDATE lonnymq_message SET dequeue_at = %s WHERE id = %s", [db_now_ms() - 10_000, message_id])
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT next_dequeue_at FROM lonnymq_channel WHERE queue = 'chk' AND name = 'm'")
+        assert cursor.fetchone() == (None,)
+        cursor.execute("SELECT count(*) FROM lonnymq_wake WHERE queue = 'chk'")
+        assert cursor.fetchone() == (1,)
+    assert api.check() == []
+    assert [row["id"] for row in dequeue("chk")] == [message_id]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM lonnymq_wake WHERE queue = 'chk'")
+        assert cursor.fetchone() == (0,)
+
+
+def test_a_channel_whose_turn_has_come_is_not_stranded_however_old_its_head():
+    """A producer that stayed open for a while commits a message dated at its start; the
+    channel's turn is now, so the message goes at the next dequeue: not stranded."""
+    message_id = enqueue("chk", "x", channel="o")
+    dequeue("chk", batch=1)  # applies the mark; the channel is drained and parked
+    old = enqueue("chk", "y", channel="o")
+    _execute("UPDATE lonnymq_message SET dequeue_at = %s WHERE id = %s", [db_now_ms() - 10_000, old])
+    _execute("DELETE FROM lonnymq_wake WHERE queue = 'chk'")
+    _execute("UPDATE lonnymq_channel SET next_dequeue_at = %s WHERE queue = 'chk'", [db_now_ms()])
+    assert api.check() == []
+    assert [row["id"] for row in dequeue("chk")] == [old]
+    assert message_id != old
 
 
 def test_check_ignores_paused_channels_and_future_messages():

@@ -10,7 +10,7 @@ from django.utils import timezone
 from django_lonnymq import Item, api, enqueue, enqueue_many
 from django_lonnymq.conf import settings as lonnymq_settings
 
-from .helpers import assert_healthy, channel_row, db_now_ms, dequeue, message_row, messages_of
+from .helpers import assert_healthy, channel_row, db_now_ms, dequeue, message_row, messages_of, rows
 
 pytestmark = pytest.mark.django_db
 
@@ -29,11 +29,14 @@ def test_enqueue_stores_the_message_ready_now_in_a_new_default_channel():
     assert row["lease_until"] is None and row["lease_token"] is None
     channel = channel_row("enq", "default")
     assert channel is not None and row["channel_id"] == channel["id"]
-    # A new channel gets the default limits and is woken for its first message.
+    # A new channel gets the default limits and a wake-up mark for its first message (the
+    # producer locks no channel row; the next dequeue applies the mark).
     assert channel["max_concurrency"] is None
     assert channel["release_interval_ms"] == 0
     assert channel["paused"] is False
-    assert channel["next_dequeue_at"] == row["dequeue_at"]
+    assert channel["next_dequeue_at"] is None
+    marks = rows("SELECT queue, channel_id, dequeue_at FROM lonnymq_wake")
+    assert marks == [{"queue": "enq", "channel_id": channel["id"], "dequeue_at": row["dequeue_at"]}]
     assert_healthy()
 
 

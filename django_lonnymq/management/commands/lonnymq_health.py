@@ -1,0 +1,195 @@
+"""``manage.py lonnymq_health``: is the queue healthy? Exits 1 when something is wrong.
+
+Reports, for the queue's database:
+
+* dead tuples on the queue's tables (``pg_stat_user_tables.n_dead_tup``): the hot tables
+  are rewritten on every release and ack; dead tuples that pile up make dequeue slower;
+* the oldest open transaction holding back vacuum in this database
+  (``pg_stat_activity.backend_xmin`` / ``xact_start``, and prepared transactions): while it
+  lasts, no dead tuple newer than its snapshot can be removed;
+* leases that expired more than ``--lease-grace`` ago and were not recovered (no worker is
+  reaping: all workers are down or stuck);
+* the scheduler's own invariant check (``django_lonnymq.api.check()``): in-flight counters
+  that disagree with the leases, ready messages that no dequeue will look at.
+
+Thresholds are flags; ``--json`` prints the report as one JSON object (for monitoring).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connections
+
+from django_lonnymq import api
+from django_lonnymq.conf import settings
+
+TABLES = ("lonnymq_channel", "lonnymq_message", "lonnymq_wake", "lonnymq_dedup", "lonnymq_dead_message")
+
+DEAD_TUPLES_SQL = """
+SELECT relname, n_live_tup, n_dead_tup,
+       extract(epoch FROM now() - greatest(last_vacuum, last_autovacuum))::float8 AS vacuumed_ago_s
+  FROM pg_stat_user_tables
+ WHERE relname = ANY (%s) AND schemaname = current_schema()
+ ORDER BY relname
+"""
+
+# Sessions of this database whose snapshot holds back vacuum (not this one), and prepared
+# transactions, oldest first.
+OLDEST_XACT_SQL = """
+SELECT * FROM (
+    SELECT pid, coalesce(nullif(application_name, ''), usename::text, '?') AS who, state,
+           extract(epoch FROM clock_timestamp() - xact_start)::float8 AS age_s,
+           left(query, 200) AS query
+      FROM pg_stat_activity
+     WHERE datname = current_database() AND pid <> pg_backend_pid()
+       AND backend_xmin IS NOT NULL AND xact_start IS NOT NULL
+    UNION ALL
+    SELECT NULL, 'prepared transaction ' || gid, 'prepared',
+           extract(epoch FROM clock_timestamp() - prepared)::float8, NULL
+      FROM pg_prepared_xacts WHERE database = current_database()
+) x ORDER BY age_s DESC LIMIT 1
+"""
+
+EXPIRED_LEASES_SQL = """
+SELECT count(*) FILTER (WHERE lease_until < lonnymq_now_ms_v1() - %s),
+       count(*),
+       coalesce(max(lonnymq_now_ms_v1() - lease_until), 0)
+  FROM lonnymq_message WHERE lease_until < lonnymq_now_ms_v1()
+"""
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+class Command(BaseCommand):
+    help = (
+        "Report the queue's health: dead tuples, the oldest open transaction, expired leases and "
+        "the scheduler check. Exits with status 1 when a threshold is crossed."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--database", default=None, help="Database alias (default LONNYMQ_DATABASE).")
+        parser.add_argument(
+            "--max-dead-tuples",
+            type=int,
+            default=100_000,
+            help="Most dead tuples allowed on any queue table (default 100000).",
+        )
+        parser.add_argument(
+            "--max-xact-age",
+            type=_seconds,
+            default=300.0,
+            help="Oldest open transaction allowed in this database, in seconds (default 300).",
+        )
+        parser.add_argument(
+            "--lease-grace",
+            type=_seconds,
+            default=60.0,
+            help="Expired leases younger than this many seconds are not counted: workers "
+            "reap them on their own (default 60).",
+        )
+        parser.add_argument(
+            "--max-expired-leases",
+            type=int,
+            default=0,
+            help="Most leases expired longer than --lease-grace ago (default 0).",
+        )
+        parser.add_argument(
+            "--check-grace",
+            type=_seconds,
+            default=5.0,
+            help="Grace the scheduler check gives a due message, in seconds (default 5).",
+        )
+        parser.add_argument("--json", action="store_true", help="Print the report as JSON.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        alias = options["database"] or settings.DATABASE
+        problems: list[str] = []
+        report: dict[str, Any] = {}
+
+        with connections[alias].cursor() as cursor:
+            cursor.execute(DEAD_TUPLES_SQL, [list(TABLES)])
+            tables = {
+                name: {"live": live, "dead": dead, "vacuumed_ago_s": None if ago is None else round(ago, 1)}
+                for name, live, dead, ago in cursor.fetchall()
+            }
+            report["tables"] = tables
+            for name, stats in tables.items():
+                if stats["dead"] > options["max_dead_tuples"]:
+                    problems.append(
+                        f"{name} has {stats['dead']} dead tuples (more than {options['max_dead_tuples']}); "
+                        "vacuum cannot keep up or an old transaction holds it back"
+                    )
+
+            cursor.execute(OLDEST_XACT_SQL)
+            row = cursor.fetchone()
+            oldest = None
+            if row is not None:
+                pid, who, state, age, query = row
+                oldest = {"pid": pid, "who": who, "state": state, "age_s": round(age, 1), "query": query}
+                if age > options["max_xact_age"]:
+                    problems.append(
+                        f"a transaction has been open for {age:.0f}s (more than {options['max_xact_age']:g}s): "
+                        f"pid {pid} ({who}, {state}); vacuum cannot remove newer dead tuples meanwhile"
+                    )
+            report["oldest_transaction"] = oldest
+
+            cursor.execute(EXPIRED_LEASES_SQL, [int(options["lease_grace"] * 1000)])
+            stale, expired, worst_ms = cursor.fetchone()
+            report["expired_leases"] = {
+                "older_than_grace": stale,
+                "all": expired,
+                "oldest_s": worst_ms / 1000,
+            }
+            if stale > options["max_expired_leases"]:
+                problems.append(
+                    f"{stale} lease(s) expired more than {options['lease_grace']:g}s ago and were not "
+                    "recovered: are any workers running?"
+                )
+
+        found = api.check(grace=timedelta(seconds=options["check_grace"]), using=alias)
+        report["check"] = [p.__dict__ for p in found]
+        for p in found:
+            problems.append(f"check: {p.queue}/{p.channel} {p.problem}: {p.detail}")
+        report["healthy"] = not problems
+        report["problems"] = problems
+
+        if options["json"]:
+            self.stdout.write(json.dumps(report, default=str))
+        else:
+            self._print(report, options)
+        if problems:
+            raise CommandError(f"{len(problems)} problem(s): " + "; ".join(problems))
+
+    def _print(self, report: dict[str, Any], options: dict[str, Any]) -> None:
+        out = self.stdout.write
+        for name, stats in report["tables"].items():
+            vacuumed = "never" if stats["vacuumed_ago_s"] is None else f"{stats['vacuumed_ago_s']:g}s ago"
+            out(f"{name}: {stats['live']} live, {stats['dead']} dead tuples (vacuumed {vacuumed})")
+        oldest = report["oldest_transaction"]
+        if oldest is None:
+            out("oldest open transaction: none")
+        else:
+            out(
+                f"oldest open transaction: {oldest['age_s']:g}s, pid {oldest['pid']} ({oldest['who']}, "
+                f"{oldest['state']})"
+            )
+        leases = report["expired_leases"]
+        out(
+            f"expired leases: {leases['all']} ({leases['older_than_grace']} older than "
+            f"{options['lease_grace']:g}s)"
+        )
+        out(f"scheduler check: {len(report['check'])} problem(s)")
+        if report["healthy"]:
+            out(self.style.SUCCESS("healthy"))
+        else:
+            for problem in report["problems"]:
+                out(self.style.ERROR(f"PROBLEM: {problem}"))
