@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install test demo bench lint clean
+.PHONY: install test demo bench bench-compare lint clean
 
 $(STAMP): pyproject.toml
 	command -v chromium >/dev/null || command -v /usr/bin/chromium >/dev/null || \
@@ -27,6 +27,10 @@ demo: $(STAMP)
 ## make bench: the benchmark table (bench/README.md).
 bench: $(STAMP)
 	$(PY) -m bench $(BENCH_ARGS)
+
+## make bench-compare: lonnymq next to pgqueuer, procrastinate and raw SKIP LOCKED (bench/compare).
+bench-compare: $(STAMP)
+	$(PY) -m bench.compare $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check django_lonnymq tests example_project bench
