@@ -1,0 +1,20 @@
+"""Settings of the benchmark's worker processes: the example project, the bench handlers.
+
+The database comes from ``DATABASE_URL`` (the bench sets it to its own database, lq_bench).
+"""
+
+from example_project.settings import *  # noqa: F403
+from example_project.settings import DATABASES
+
+# Handler threads keep their connection between messages (Django's default of 0 would open
+# one per message for any handler that touches the database).
+DATABASES["default"]["CONN_MAX_AGE"] = 60
+
+LONNYMQ_HANDLER_MODULES = ["bench.handlers"]
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_lonnymq": {"handlers": ["console"], "level": "WARNING"}},
+}
