@@ -18,7 +18,8 @@ DROP FUNCTION IF EXISTS lonnymq_dequeue_v1(text, integer, bigint, text, bigint, 
 DROP FUNCTION IF EXISTS lonnymq_enqueue_many_v1(text, text[], jsonb[], bigint[], bigint[], integer[], text[], integer[], integer, bigint, bigint);
 DROP FUNCTION IF EXISTS lonnymq_enqueue_v1(text, text, jsonb, bigint, bigint, integer, text, integer, bigint, bigint);
 DROP FUNCTION IF EXISTS lonnymq_apply_marks_v1(text, bigint);
-DROP FUNCTION IF EXISTS lonnymq_mark_v1(text, bigint[], bigint[], bigint);
+DROP FUNCTION IF EXISTS lonnymq_mark_many_v1(text, bigint[], bigint[], bigint);
+DROP FUNCTION IF EXISTS lonnymq_mark_v1(text, bigint, bigint, bigint);
 DROP FUNCTION IF EXISTS lonnymq_wake_v1(bigint, bigint, bigint);
 DROP FUNCTION IF EXISTS lonnymq_channel_id_v1(text, text);
 DROP FUNCTION IF EXISTS lonnymq_dequeue_at_v1(bigint, bigint, bigint, integer, bigint);

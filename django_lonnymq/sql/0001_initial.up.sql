@@ -262,14 +262,43 @@ BEGIN
 END
 $$;
 
--- A producer's wake-up: leave a mark for each channel (distinct ids) whose next turn is not
--- early enough for a message due at the paired time. Takes no row lock: the marks become
--- visible when the producer commits and the next dequeue applies them. The caller holds the
--- channels' shared advisory locks, so no dequeuer parks them meanwhile (docs/locking.md).
--- Under REPEATABLE READ or SERIALIZABLE the producer's snapshot may predate a park: it always
--- marks. Notifies the queue's workers (delivered at commit) when it marked anything.
-CREATE FUNCTION lonnymq_mark_v1(p_queue text, p_channel_ids bigint[], p_dequeue_ats bigint[],
+-- A producer's wake-up: leave a mark for a channel whose next turn is not early enough for a
+-- message due at p_dequeue_at. Takes no row lock: the mark becomes visible when the producer
+-- commits and the next dequeue applies it. The caller holds the channel's shared advisory
+-- lock, so no dequeuer parks it meanwhile (docs/locking.md). Under REPEATABLE READ or
+-- SERIALIZABLE the producer's snapshot may predate a park: it always marks. Notifies the
+-- queue's workers (delivered at commit) when it marked. Scalar statements on purpose: their
+-- generic plans are primary-key probes, so plpgsql does not re-plan them on every call.
+CREATE FUNCTION lonnymq_mark_v1(p_queue text, p_channel_id bigint, p_dequeue_at bigint,
                                 p_tolerance_ms bigint)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_next  bigint;
+    v_floor bigint;
+BEGIN
+    IF current_setting('transaction_isolation') = 'read committed' THEN
+        SELECT c.next_dequeue_at, c.last_dequeue_at + c.release_interval_ms INTO v_next, v_floor
+          FROM lonnymq_channel c WHERE c.id = p_channel_id;
+        IF v_next IS NOT NULL AND v_next <= greatest(p_dequeue_at, v_floor) + p_tolerance_ms THEN
+            RETURN false;
+        END IF;
+    END IF;
+    -- A later message of the same transaction rewrites its mark only when it is due earlier
+    -- (a rewrite on every call would pile up row versions inside one long transaction).
+    INSERT INTO lonnymq_wake AS w (queue, channel_id, dequeue_at)
+    VALUES (p_queue, p_channel_id, p_dequeue_at)
+    ON CONFLICT (channel_id, xact) DO UPDATE SET dequeue_at = excluded.dequeue_at
+        WHERE excluded.dequeue_at < w.dequeue_at;
+    PERFORM pg_notify('lonnymq_wakeup', p_queue);
+    RETURN true;
+END
+$$;
+
+-- The same for many channels (distinct ids, each with the earliest time it needs), in one
+-- statement: enqueue_many's wake-up.
+CREATE FUNCTION lonnymq_mark_many_v1(p_queue text, p_channel_ids bigint[], p_dequeue_ats bigint[],
+                                     p_tolerance_ms bigint)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -282,7 +311,8 @@ BEGIN
      WHERE current_setting('transaction_isolation') <> 'read committed'
         OR c.next_dequeue_at IS NULL
         OR c.next_dequeue_at > greatest(u.at, c.last_dequeue_at + c.release_interval_ms) + p_tolerance_ms
-    ON CONFLICT (channel_id, xact) DO UPDATE SET dequeue_at = least(w.dequeue_at, excluded.dequeue_at);
+    ON CONFLICT (channel_id, xact) DO UPDATE SET dequeue_at = excluded.dequeue_at
+        WHERE excluded.dequeue_at < w.dequeue_at;
     GET DIAGNOSTICS v_marked = ROW_COUNT;
     IF v_marked > 0 THEN
         PERFORM pg_notify('lonnymq_wakeup', p_queue);
@@ -388,7 +418,7 @@ BEGIN
     INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key)
     VALUES (v_id, v_channel_id, p_payload, v_dequeue_at, p_priority, p_max_attempts, p_dedup_key);
 
-    PERFORM lonnymq_mark_v1(p_queue, ARRAY[v_channel_id], ARRAY[v_dequeue_at], p_tolerance_ms);
+    PERFORM lonnymq_mark_v1(p_queue, v_channel_id, v_dequeue_at, p_tolerance_ms);
     RETURN v_id;
 END
 $$;
@@ -470,8 +500,8 @@ BEGIN
             RETURNING lonnymq_message.id
         )
         SELECT array_agg(ins.id ORDER BY ins.id) INTO v_ids FROM ins;  -- ids follow input order
-        PERFORM lonnymq_mark_v1(p_queue, v_fast_ids, array_fill(v_now, ARRAY[cardinality(v_fast_ids)]),
-                                p_tolerance_ms);
+        PERFORM lonnymq_mark_many_v1(p_queue, v_fast_ids, array_fill(v_now, ARRAY[cardinality(v_fast_ids)]),
+                                     p_tolerance_ms);
         RETURN v_ids;
     END IF;
 
@@ -573,7 +603,7 @@ BEGIN
 
     -- Mark the channels that need waking (no row lock).
     IF v_wake_ids IS NOT NULL THEN
-        PERFORM lonnymq_mark_v1(p_queue, v_wake_ids, v_wake_ats, p_tolerance_ms);
+        PERFORM lonnymq_mark_many_v1(p_queue, v_wake_ids, v_wake_ats, p_tolerance_ms);
     END IF;
     DELETE FROM lonnymq_enqueue_rows;
     RETURN v_ids;

@@ -73,3 +73,23 @@ def test_check_ignores_paused_channels_and_future_messages():
     api.configure_channel("chk", "p", paused=True)
     enqueue("chk", "x", channel="p")
     assert api.check(grace=0) == []
+
+
+def test_one_transaction_leaves_one_mark_per_channel_at_its_earliest_time():
+    """Many enqueues into a parked channel in one transaction: one mark, lowered (never
+    raised) by later messages, so a long transaction does not pile up row versions."""
+    from django.db import transaction
+
+    with transaction.atomic():
+        later = enqueue("chk", "later", channel="t", delay=60)
+        for _ in range(20):
+            enqueue("chk", "later too", channel="t", delay=120)
+        now_id = enqueue("chk", "now", channel="t")
+        enqueue("chk", "after", channel="t", delay=30)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT m.dequeue_at FROM lonnymq_message m WHERE m.id = %s", [now_id])
+            (due,) = cursor.fetchone()
+            cursor.execute("SELECT dequeue_at FROM lonnymq_wake WHERE queue = 'chk'")
+            assert cursor.fetchall() == [(due,)]
+    assert [row["id"] for row in dequeue("chk", batch=5)] == [now_id]
+    assert later != now_id
