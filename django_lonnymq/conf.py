@@ -1,4 +1,6 @@
-"""``LONNYMQ_*`` settings, read lazily so ``override_settings`` works. Defaults live here only.
+"""``LONNYMQ_*`` settings, read lazily and cached until a ``setting_changed`` signal (which
+``override_settings`` sends), so the enqueue path does not pay a settings lookup per value.
+Defaults live here only.
 
 Durations accept a ``timedelta`` or a number of seconds.
 """
@@ -9,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings as django_settings
+from django.core.signals import setting_changed
 
 PREFIX = "LONNYMQ_"
 
@@ -64,14 +67,33 @@ def to_ms(value: timedelta | float | int) -> int:
 class Settings:
     """Attribute access to ``LONNYMQ_<NAME>``, falling back to :data:`DEFAULTS`."""
 
+    def __init__(self) -> None:
+        self._cache: dict[str, Any] = {}
+
     def __getattr__(self, name: str) -> Any:
+        try:
+            return self._cache[name]
+        except KeyError:
+            pass
         if name not in DEFAULTS:
             raise AttributeError(f"unknown setting {PREFIX}{name}")
-        return getattr(django_settings, PREFIX + name, DEFAULTS[name])
+        value = self._cache[name] = getattr(django_settings, PREFIX + name, DEFAULTS[name])
+        return value
 
     def ms(self, name: str) -> int:
         """A duration setting in milliseconds."""
         return to_ms(getattr(self, name))
 
+    def clear_cache(self) -> None:
+        self._cache.clear()
+
 
 settings = Settings()
+
+
+def _forget_changed_setting(*, setting: str, **_: Any) -> None:
+    if setting.startswith(PREFIX):
+        settings.clear_cache()
+
+
+setting_changed.connect(_forget_changed_setting, dispatch_uid="django_lonnymq.conf")
