@@ -22,6 +22,11 @@ from . import sql
 from .conf import settings, to_ms
 from .exceptions import InvalidArgument, PayloadError, PriorityWithSchedule, sql_errors
 
+try:
+    import psycopg
+except ImportError:  # psycopg2 users keep the client-side binding path
+    psycopg = None  # type: ignore[assignment]
+
 _UNSET: Any = object()
 # A \u0000 escape in JSON text that is not an escaped backslash followed by "u0000".
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
@@ -148,6 +153,28 @@ def _call(using: str | None, name: str, params: Mapping[str, Any]) -> Any:
     return row[0] if row else None
 
 
+def _call_with_arrays(using: str | None, name: str, params: Mapping[str, Any]) -> Any:
+    """:func:`_call` for a statement with array parameters, which go in binary.
+
+    Django's psycopg backend binds on the client by default, quoting a payload array
+    element by element (about 2.5 ms per 100 JSON payloads). This runs the statement on a
+    server-binding cursor over Django's own connection, so it stays in the caller's
+    transaction and goes through Django's cursor wrapper (error wrapping, query logging).
+    Other drivers keep the plain path.
+    """
+    wrapper = connections[_alias(using)]
+    wrapper.ensure_connection()
+    if psycopg is None or not isinstance(wrapper.connection, psycopg.Connection):
+        return _call(using, name, params)
+    wrapper.validate_no_broken_transaction()
+    raw = psycopg.Cursor(wrapper.connection)
+    cursor = wrapper.make_debug_cursor(raw) if wrapper.queries_logged else wrapper.make_cursor(raw)
+    with sql_errors(), cursor:
+        cursor.execute(sql.binary_arrays(sql.query(name)), params)
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
 # ---------------------------------------------------------------------------------------
 # Enqueue
 # ---------------------------------------------------------------------------------------
@@ -258,7 +285,7 @@ def enqueue_many(
         "default_max_attempts": default_attempts,
         **_common(),
     }
-    return [int(i) for i in _call(using, "enqueue_many", params)]
+    return [int(i) for i in _call_with_arrays(using, "enqueue_many", params)]
 
 
 # ---------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ import psycopg
 from psycopg import conninfo, errors
 
 from ..exceptions import LonnyMQError, translate
-from ..sql import query
+from ..sql import binary_arrays, query
 
 # The chunk transaction's own inserts: rows whose xmin is this transaction's id. The enqueue
 # function runs without subtransactions (no EXCEPTION blocks), so every message it inserted
@@ -237,7 +237,7 @@ def _write_chunk(
     for attempt in range(RETRIES + 1):
         try:
             with conn.cursor() as cursor:
-                cursor.execute(query("enqueue_many"), params)
+                cursor.execute(binary_arrays(query("enqueue_many")), params)
                 ids = cursor.fetchone()[0]  # type: ignore[index]
                 cursor.execute(NEW_MESSAGES, {"ids": ids})
                 created = int(cursor.fetchone()[0])  # type: ignore[index]

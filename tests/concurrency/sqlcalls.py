@@ -28,11 +28,12 @@ def enqueue(conn: psycopg.Connection[Any], queue: str, channel: str, payload: An
 
 
 def enqueue_many(conn: psycopg.Connection[Any], queue: str, channels: list[str], payloads: list[Any],
-                 *, delays_ms: list[int | None] | None = None, max_attempts: int = 5) -> list[int]:
+                 *, delays_ms: list[int | None] | None = None, dedup_keys: list[str | None] | None = None,
+                 max_attempts: int = 5) -> list[int]:
     row = conn.execute(
         "SELECT lonnymq_enqueue_many_v1(%s, %s::text[], %s::jsonb[], NULL, %s::bigint[],"
-        " NULL, NULL, NULL, %s)",
-        [queue, channels, [json.dumps(p) for p in payloads], delays_ms, max_attempts],
+        " NULL, %s::text[], NULL, %s)",
+        [queue, channels, [json.dumps(p) for p in payloads], delays_ms, dedup_keys, max_attempts],
     ).fetchone()
     assert row is not None
     return [int(i) for i in row[0]]

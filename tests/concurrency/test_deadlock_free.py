@@ -138,6 +138,32 @@ def test_batches_across_fifty_channels_in_random_order_never_deadlock(
     assert not run.errors, "\n".join(run.samples)
 
 
+def test_batches_claiming_overlapping_dedup_keys_in_random_order_never_deadlock(
+    connect: Callable[..., psycopg.Connection[Any]],
+) -> None:
+    """The Spark export's case: concurrent chunks whose dedup keys overlap (a retried task,
+    two partitions holding the same rows), each in its own random row order. The keys are
+    claimed in one global order inside the call, so one chunk waits for the other's commit
+    and takes the existing id; neither deadlocks."""
+
+    def transaction(conn: psycopg.Connection[Any], rng: random.Random) -> int:
+        n = rng.randint(5, 60)
+        rows = rng.sample(range(400), n)  # row r always goes to the same channel with the same key
+        q.enqueue_many(
+            conn,
+            QUEUE,
+            [CHANNELS[r % len(CHANNELS)] for r in rows],
+            [{"row": r} for r in rows],
+            dedup_keys=[f"row-{r}-{rng.randrange(30)}" for r in rows],
+        )
+        time.sleep(rng.uniform(0, 0.01))
+        return n
+
+    run = _run(connect, transaction)
+    assert run.transactions > 100, "too little traffic to prove anything"
+    assert not run.errors, "\n".join(run.samples)
+
+
 def test_several_enqueues_per_transaction_in_random_channel_order_never_deadlock(
     connect: Callable[..., psycopg.Connection[Any]],
 ) -> None:

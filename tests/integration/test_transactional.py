@@ -51,6 +51,18 @@ def test_enqueue_many_rolls_back_as_a_whole(connect):
     assert len(set(got)) == 5 and len(messages_of("tx", conn=other)) == 5
 
 
+def test_enqueue_many_outside_atomic_commits_at_once_and_is_logged_like_any_query(connect):
+    """enqueue_many sends its arrays on a binary cursor over Django's connection: autocommit
+    and query logging behave as for any other query."""
+    from django.test.utils import CaptureQueriesContext
+
+    other = connect()
+    with CaptureQueriesContext(connection) as captured:
+        got = enqueue_many("tx", [{"n": 1}, {"n": 2}])
+    assert any("lonnymq_enqueue_many_v1" in q["sql"] for q in captured.captured_queries)
+    assert sorted(m["id"] for m in messages_of("tx", conn=other)) == sorted(got)
+
+
 def test_commit_keeps_the_message_and_another_connection_dequeues_it(connect):
     other = connect()
     with transaction.atomic():

@@ -17,6 +17,8 @@ from django_lonnymq import sql
 
 CORE_TABLES = {"lonnymq_channel", "lonnymq_message", "lonnymq_dedup", "lonnymq_dead_message"}
 CREATE_FUNCTION = re.compile(r"CREATE (?:OR REPLACE )?FUNCTION (\w+)\(", re.IGNORECASE)
+NEW_FUNCTION = re.compile(r"CREATE FUNCTION (\w+)\(", re.IGNORECASE)
+REPLACED_FUNCTION = re.compile(r"CREATE OR REPLACE FUNCTION (\w+)\(", re.IGNORECASE)
 CREATE_TABLE = re.compile(r"CREATE TABLE (?:IF NOT EXISTS )?(\w+)", re.IGNORECASE)
 DROP_FUNCTION = re.compile(r"DROP FUNCTION (?:IF EXISTS )?(\w+)\(", re.IGNORECASE)
 DROP_TABLE = re.compile(r"DROP TABLE (?:IF EXISTS )?(\w+)", re.IGNORECASE)
@@ -116,7 +118,11 @@ def test_migrate_up_down_up_down_up():
 def test_each_down_sql_drops_what_its_up_sql_creates(up):
     up_text = sql.read(up)
     down_text = sql.read(up.replace(".up.sql", ".down.sql"))
-    assert set(DROP_FUNCTION.findall(down_text)) >= set(CREATE_FUNCTION.findall(up_text))
+    assert set(DROP_FUNCTION.findall(down_text)) >= set(NEW_FUNCTION.findall(up_text))
+    # A function an earlier migration created and this one replaces is restored, not dropped.
+    replaced = set(REPLACED_FUNCTION.findall(up_text))
+    assert set(REPLACED_FUNCTION.findall(down_text)) >= replaced
+    assert not replaced & set(DROP_FUNCTION.findall(down_text))
     assert set(DROP_TABLE.findall(down_text)) >= set(CREATE_TABLE.findall(up_text))
 
 

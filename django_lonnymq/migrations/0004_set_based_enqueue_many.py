@@ -1,0 +1,22 @@
+"""``lonnymq_enqueue_many_v1`` takes its set-based path for batches with dedup keys and run
+times too, and ``lonnymq_mark_many_v1`` leaves no second mark where a committed one will do;
+from sql/0004_set_based_enqueue_many.{up,down}.sql. Names, signatures and results stay; the
+down file restores the 0001 bodies.
+"""
+
+from django.db import migrations
+
+from django_lonnymq import sql
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("django_lonnymq", "0003_queue_sample"),
+    ]
+
+    operations = [
+        migrations.RunSQL(
+            sql=sql.read("0004_set_based_enqueue_many.up.sql"),
+            reverse_sql=sql.read("0004_set_based_enqueue_many.down.sql"),
+        ),
+    ]
