@@ -64,7 +64,7 @@ CREATE TABLE IF NOT EXISTS {plain} (
 
 
 _FUNCTION = re.compile(
-    r"CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+(\w+)\s*\(.*?\bAS\s+\$(\w*)\$(.*?)\$\2\$", re.S | re.I
+    r"CREATE\s+(OR\s+REPLACE\s+)?FUNCTION\s+(\w+)\s*\(.*?\bAS\s+\$(\w*)\$(.*?)\$\3\$", re.S | re.I
 )
 
 
@@ -74,8 +74,11 @@ def stale_functions(dsn: str) -> list[str]:
 
     expected: dict[str, list[str]] = {}
     for path in sorted((ROOT / "django_lonnymq" / "sql").glob("*.up.sql")):
-        for name, _, body in _FUNCTION.findall(sql.read(path.name)):
-            expected.setdefault(name.lower(), []).append(body)
+        for replace, name, _, body in _FUNCTION.findall(sql.read(path.name)):
+            if replace:  # a later migration's new body for an existing function
+                expected[name.lower()] = [body]
+            else:
+                expected.setdefault(name.lower(), []).append(body)
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(
             "SELECT proname, prosrc FROM pg_proc WHERE proname = ANY(%s)", (list(expected),)
