@@ -30,6 +30,9 @@ except ImportError:  # psycopg2 users keep the client-side binding path
 _UNSET: Any = object()
 # A \u0000 escape in JSON text that is not an escaped backslash followed by "u0000".
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+# One encoder for every payload (json.dumps builds one per call). ensure_ascii stays on, so
+# the text's length is its size in bytes.
+_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,7 @@ def _name(field: str, value: Any, max_length: int) -> str:
 
 def _payload(value: Any, field: str = "payload") -> str:
     try:
-        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+        text = _JSON.encode(value)
     except (TypeError, ValueError) as exc:
         raise PayloadError(
             field,
@@ -68,12 +71,12 @@ def _payload(value: Any, field: str = "payload") -> str:
             type(value).__name__,
             message=f"{field} must be JSON-serializable: {exc}",
         ) from exc
-    if _NUL_ESCAPE.search(text):
+    if "\\u0000" in text and _NUL_ESCAPE.search(text):  # the cheap test first
         raise PayloadError(
             field, "must not contain NUL characters (PostgreSQL jsonb refuses them)", "\\u0000"
         )
     limit = settings.MAX_PAYLOAD_BYTES
-    size = len(text.encode("utf-8"))
+    size = len(text)  # ensure_ascii: one byte per character
     if size > limit:
         raise PayloadError(
             field,
