@@ -1,7 +1,7 @@
-"""``lonnymq_enqueue_many_v1`` takes its set-based path for batches with dedup keys and run
-times too, and ``lonnymq_mark_many_v1`` leaves no second mark where a committed one will do;
-from sql/0004_set_based_enqueue_many.{up,down}.sql. Names, signatures and results stay; the
-down file restores the 0001 bodies.
+"""``lonnymq_enqueue_many_v1`` runs every valid batch as one set-based statement (no scratch
+table), and ``lonnymq_mark_many_v1`` leaves no second mark where a committed one will do;
+from sql/0004_set_based_enqueue_many.{up,down}.sql. Names, signatures, results and errors
+stay; the down file restores the 0001 bodies.
 """
 
 from django.db import migrations

@@ -1,6 +1,7 @@
-"""``lonnymq_enqueue_many_v1`` has two ways through: a set-based statement (batches without
-priorities or delays: plain, dedup-keyed and scheduled batches, the Spark export's path) and a
-scratch table (priorities, delays, or an invalid row to name). Both must give the same queue.
+"""``lonnymq_enqueue_many_v1`` runs a valid batch as one set-based statement (dedup keys,
+run times, delays and priorities included). It must store what the same rows enqueued one by
+one with ``lonnymq_enqueue_v1`` would, keep FIFO within a channel, and refuse a batch with a
+bad row as a whole, naming the row.
 """
 
 from __future__ import annotations
@@ -9,19 +10,32 @@ import json
 import random
 
 import pytest
+from django.db import transaction
 
-from .helpers import assert_healthy, db_now_ms, dequeue, messages_of, scalar
+from django_lonnymq.exceptions import InvalidArgument, PriorityWithSchedule
+
+from .helpers import assert_healthy, counts, db_now_ms, dequeue, enqueue_sql, messages_of, scalar
 
 pytestmark = pytest.mark.django_db
 
 CALL = """
 SELECT lonnymq_enqueue_many_v1(%(queue)s, %(channels)s::text[], %(payloads)s::jsonb[],
-                               %(run_at_ms)s::bigint[], NULL, %(priorities)s::integer[],
+                               %(run_at_ms)s::bigint[], %(delay_ms)s::bigint[], %(priorities)s::integer[],
                                %(dedup_keys)s::text[], %(max_attempts)s::integer[], 5, 1000, 50)
 """
 
 
-def call(queue, channels, payloads, *, run_at_ms=None, priorities=None, dedup_keys=None, max_attempts=None):
+def call(
+    queue,
+    channels,
+    payloads,
+    *,
+    run_at_ms=None,
+    delay_ms=None,
+    priorities=None,
+    dedup_keys=None,
+    max_attempts=None,
+):
     return scalar(
         CALL,
         {
@@ -29,6 +43,7 @@ def call(queue, channels, payloads, *, run_at_ms=None, priorities=None, dedup_ke
             "channels": channels,
             "payloads": [json.dumps(p) for p in payloads],
             "run_at_ms": run_at_ms,
+            "delay_ms": delay_ms,
             "priorities": priorities,
             "dedup_keys": dedup_keys,
             "max_attempts": max_attempts,
@@ -52,28 +67,78 @@ def duplicate_pattern(ids):
 
 def batch(seed):
     rng = random.Random(seed)
-    channels = [f"t{rng.randrange(7)}" for _ in range(300)]
-    keys = [None if rng.random() < 0.2 else f"k{rng.randrange(150)}" for _ in range(300)]
-    payloads = [{"n": n} for n in range(300)]
-    attempts = [rng.choice([None, 1, 9]) for _ in range(300)]
-    return channels, payloads, keys, attempts
+    n = 300
+    channels = [f"t{rng.randrange(7)}" for _ in range(n)]
+    keys = [None if rng.random() < 0.2 else f"k{rng.randrange(150)}" for _ in range(n)]
+    payloads = [{"n": i} for i in range(n)]
+    attempts = [rng.choice([None, 1, 9]) for _ in range(n)]
+    priorities = [rng.choice([None, 0, 0, 3, 100]) for _ in range(n)]
+    delays = [rng.choice([None, 60_000]) if not p else None for p in priorities]
+    return channels, payloads, keys, attempts, priorities, delays
 
 
-def test_both_paths_store_the_same_messages_and_return_the_same_duplicate_pattern():
-    channels, payloads, keys, attempts = batch(7)
-    # Earlier messages hold some of the keys in both queues.
-    for queue in ("set_based", "scratch"):
+def test_a_batch_stores_what_the_same_rows_enqueued_one_by_one_would():
+    channels, payloads, keys, attempts, priorities, delays = batch(7)
+    for queue in ("batch", "one_by_one"):  # earlier messages hold some of the keys
         call(queue, ["t1", "t2"], [{"old": 1}, {"old": 2}], dedup_keys=["k3", "k4"])
-    set_ids = call("set_based", channels, payloads, dedup_keys=keys, max_attempts=attempts)
-    scratch_ids = call(
-        "scratch", channels, payloads, dedup_keys=keys, max_attempts=attempts, priorities=[0] * len(payloads)
+    got = call(
+        "batch", channels, payloads, dedup_keys=keys, max_attempts=attempts, priorities=priorities, delay_ms=delays
     )
-    assert len(set_ids) == len(scratch_ids) == 300
-    assert duplicate_pattern(set_ids) == duplicate_pattern(scratch_ids)
-    assert stored("set_based") == stored("scratch")
+    one_by_one = [
+        enqueue_sql(
+            "one_by_one",
+            json.dumps(payloads[i]),
+            channel=channels[i],
+            delay_ms=delays[i],
+            priority=priorities[i] or 0,
+            dedup_key=keys[i],
+            max_attempts=attempts[i] or 5,
+        )
+        for i in range(len(payloads))
+    ]
+    assert len(got) == len(one_by_one) == 300
+    assert duplicate_pattern(got) == duplicate_pattern(one_by_one)
+    assert stored("batch") == stored("one_by_one")
     # Every returned id is a stored message (none is left pointing nowhere).
-    assert set(set_ids) <= {m["id"] for m in messages_of("set_based")}
+    assert set(got) <= {m["id"] for m in messages_of("batch")}
+    # The schedule: a delay holds a row back, a priority moves it earlier by that many steps.
+    by_id = {m["id"]: m for m in messages_of("batch")}
+    now = db_now_ms()
+    for i, message_id in enumerate(got):
+        if duplicate_pattern(got)[i] != i:
+            continue  # a repeated key: the first row's message
+        at = by_id[message_id]["dequeue_at"]
+        if delays[i]:
+            assert now < at <= now + 60_000
+        elif priorities[i]:
+            assert now - priorities[i] * 1000 - 60_000 < at <= now - priorities[i] * 1000
+        else:
+            assert now - 60_000 < at <= now
     assert_healthy()
+
+
+@pytest.mark.parametrize(
+    ("field", "bad", "error"),
+    [
+        ("priorities", [0, 101, 0], "priority must be between 0 and 100, got 101"),
+        ("delay_ms", [None, None, -5], "delay must not be negative, got -5"),
+        ("max_attempts", [1, 0, 1], "items[1].max_attempts must be between 1 and 1000"),
+        ("dedup_keys", ["a", "", "b"], "items[1].dedup_key must be 1 to 200 characters"),
+    ],
+)
+def test_a_bad_row_refuses_the_whole_batch_and_the_error_names_it(field, bad, error):
+    before = counts()
+    with pytest.raises(InvalidArgument) as caught, transaction.atomic():
+        call("bad", ["a", "b", "c"], [1, 2, 3], **{field: bad})
+    assert error in str(caught.value)
+    assert counts() == before
+
+
+def test_priority_with_a_future_run_time_refuses_the_batch():
+    before = counts()
+    with pytest.raises(PriorityWithSchedule), transaction.atomic():
+        call("bad", ["a", "b"], [1, 2], priorities=[0, 5], delay_ms=[None, 60_000])
+    assert counts() == before
 
 
 def test_ids_follow_input_order_so_a_batch_keeps_fifo_within_a_channel():
@@ -104,7 +169,7 @@ def test_run_times_with_dedup_keys_hold_back_the_future_rows():
 
 
 def test_a_rerun_returns_the_first_ids_and_inserts_nothing():
-    channels, payloads, keys, _ = batch(11)
+    channels, payloads, keys, *_ = batch(11)
     keys = [k or f"own-{n}" for n, k in enumerate(keys)]
     first = call("rerun", channels, payloads, dedup_keys=keys)
     before = scalar("SELECT count(*) FROM lonnymq_message")
