@@ -114,15 +114,16 @@ def main() -> None:
 
     def vacuumer() -> None:
         """What autovacuum would do with the tables' settings (threshold 1000 dead tuples on
-        the channel table; 50 + 2% of live ones on the message table), checked every 5 s."""
+        the channel table, 500 on the wake-up marks; 50 + 2% of live ones on the message
+        table), checked every 5 s."""
         vconn = core.connect(url)
         try:
             while not stop.wait(5):
                 for table, live, dead_now in vconn.execute(
                     "SELECT relname, n_live_tup, n_dead_tup FROM pg_stat_user_tables"
-                    " WHERE relname IN ('lonnymq_channel', 'lonnymq_message')"
+                    " WHERE relname IN ('lonnymq_channel', 'lonnymq_message', 'lonnymq_wake')"
                 ).fetchall():
-                    limit = 1000 if table == "lonnymq_channel" else 50 + 0.02 * live
+                    limit = {"lonnymq_channel": 1000, "lonnymq_wake": 500}.get(table, 50 + 0.02 * live)
                     if dead_now > limit:
                         t = time.perf_counter()
                         vconn.execute(f"VACUUM {table}")

@@ -1,6 +1,6 @@
 -- django-lonnymq 0004, reversed: lonnymq_mark_many_v1 and lonnymq_enqueue_many_v1 as 0001
 -- installed them (a mark per call and channel; a scratch table for every batch that has a
--- schedule, a priority or a dedup key).
+-- schedule, a priority or a dedup key), lonnymq_delete_channel_v1 as 0003 did.
 
 -- The same for many channels (distinct ids, each with the earliest time it needs), in one
 -- statement: enqueue_many's wake-up.
@@ -213,3 +213,27 @@ BEGIN
 END
 $$;
 
+
+-- Delete an empty channel that no one holds (admin), as 0003 installed it.
+CREATE OR REPLACE FUNCTION lonnymq_delete_channel_v1(p_id bigint) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    PERFORM 1 FROM lonnymq_channel c WHERE c.id = p_id;
+    IF NOT FOUND THEN
+        RETURN 'missing';
+    END IF;
+    SELECT c.id INTO v_id FROM lonnymq_channel c WHERE c.id = p_id FOR UPDATE SKIP LOCKED;
+    IF v_id IS NULL
+       OR NOT pg_try_advisory_xact_lock(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(p_id)) THEN
+        RETURN 'busy';
+    END IF;
+    IF EXISTS (SELECT 1 FROM lonnymq_message m WHERE m.channel_id = p_id AND m.lease_until IS NULL)
+       OR EXISTS (SELECT 1 FROM lonnymq_message m WHERE m.lease_until IS NOT NULL AND m.channel_id = p_id) THEN
+        RETURN 'not_empty';
+    END IF;
+    DELETE FROM lonnymq_channel c WHERE c.id = p_id;
+    RETURN 'deleted';
+END
+$$;

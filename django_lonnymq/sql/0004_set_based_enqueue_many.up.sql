@@ -5,6 +5,7 @@
 -- signature, results and errors.
 -- lonnymq_mark_many_v1 leaves no second mark for a channel that has a committed one early
 -- enough (a producer writing chunk after chunk leaves one mark per channel, not per chunk).
+-- lonnymq_delete_channel_v1 deletes the channel's wake-up marks with it.
 
 
 -- The same for many channels (distinct ids, each with the earliest time it needs), in one
@@ -212,5 +213,32 @@ BEGIN
         PERFORM lonnymq_mark_many_v1(p_queue, v_wake_ids, v_wake_ats, p_tolerance_ms);
     END IF;
     RETURN v_ids;
+END
+$$;
+
+-- Delete an empty channel that no one holds (admin). Same contract as in 0003.
+CREATE OR REPLACE FUNCTION lonnymq_delete_channel_v1(p_id bigint) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    PERFORM 1 FROM lonnymq_channel c WHERE c.id = p_id;
+    IF NOT FOUND THEN
+        RETURN 'missing';
+    END IF;
+    SELECT c.id INTO v_id FROM lonnymq_channel c WHERE c.id = p_id FOR UPDATE SKIP LOCKED;
+    IF v_id IS NULL
+       OR NOT pg_try_advisory_xact_lock(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(p_id)) THEN
+        RETURN 'busy';
+    END IF;
+    IF EXISTS (SELECT 1 FROM lonnymq_message m WHERE m.channel_id = p_id AND m.lease_until IS NULL)
+       OR EXISTS (SELECT 1 FROM lonnymq_message m WHERE m.lease_until IS NOT NULL AND m.channel_id = p_id) THEN
+        RETURN 'not_empty';
+    END IF;
+    -- Its wake-up marks too: dequeues apply marks through the channel row, so a deleted
+    -- channel's marks would otherwise stay forever.
+    DELETE FROM lonnymq_wake w WHERE w.channel_id = p_id;
+    DELETE FROM lonnymq_channel c WHERE c.id = p_id;
+    RETURN 'deleted';
 END
 $$;

@@ -179,3 +179,16 @@ def test_a_rerun_returns_the_first_ids_and_inserts_nothing():
     assert scalar("SELECT count(*) FROM lonnymq_message") == before
     assert scalar("SELECT count(*) FROM lonnymq_wake") == marks  # nothing new, nothing to wake
 
+
+
+def test_deleting_a_channel_takes_its_wake_up_marks_with_it():
+    """Marks are applied through the channel row; a deleted channel's marks would stay."""
+    from django_lonnymq import api
+
+    message_id = call("gone", ["c"], [{"n": 1}])[0]
+    channel_id = messages_of("gone")[0]["channel_id"]
+    assert scalar("SELECT count(*) FROM lonnymq_wake WHERE channel_id = %s", [channel_id]) == 1
+    api.cancel([message_id])
+    assert scalar("SELECT lonnymq_delete_channel_v1(%s)", [channel_id]) == "deleted"
+    assert scalar("SELECT count(*) FROM lonnymq_wake WHERE channel_id = %s", [channel_id]) == 0
+    assert_healthy()
