@@ -292,6 +292,22 @@ class Progress:
         return f"{elapsed:6.1f}s  {cols}  {flying:9d}"
 
 
+def report_workers(workers: list[tuple[subprocess.Popen[bytes], Path]], label: str = "worker") -> list[str]:
+    """Print each worker's exit code and its own summary line; the problems of those that failed."""
+    problems = []
+    for index, (proc, log) in enumerate(workers, 1):
+        lines = log.read_text(errors="replace").splitlines()
+        stopped = [line for line in lines if " stopped: " in line and line.startswith("lonnymq worker")]
+        print(
+            f"worker {index}: exit {proc.returncode}; "
+            + (stopped[-1].split(" stopped: ", 1)[1] if stopped else "(no summary)")
+        )
+        if proc.returncode != 0:
+            problems.append(f"{label} {index} exited with {proc.returncode}")
+            print("  last lines of its log:\n    " + "\n    ".join(lines[-15:]))
+    return problems
+
+
 def watch(
     workers: list[tuple[subprocess.Popen[bytes], Path]],
     tenants: list[Tenant],
@@ -479,16 +495,7 @@ def main() -> int:
         if not watch(workers, tenants, table, t0, args.timeout):
             problems.append(f"workers did not finish within {args.timeout:.0f}s (stopped them)")
         print()
-        for index, (proc, log) in enumerate(workers, 1):
-            lines = log.read_text(errors="replace").splitlines()
-            stopped = [line for line in lines if " stopped: " in line and line.startswith("lonnymq worker")]
-            print(
-                f"worker {index}: exit {proc.returncode}; "
-                + (stopped[-1].split(" stopped: ", 1)[1] if stopped else "(no summary)")
-            )
-            if proc.returncode != 0:
-                problems.append(f"worker {index} exited with {proc.returncode}")
-                print("  last lines of its log:\n    " + "\n    ".join(lines[-15:]))
+        problems += report_workers(workers)
 
     finish, found = summarize(tenants, table, t0_wall, args.workers * args.concurrency)
     problems += found

@@ -394,6 +394,7 @@ def run_spark_step(
     Data set (Spark) -> export() into queue ``ingest`` -> the same export again (must
     enqueue nothing) -> burst workers drain it -> order of finishing -> checks.
     """
+    from example_project.demo import report_workers
     from example_project.tenants.models import JobRun
 
     table = JobRun._meta.db_table
@@ -456,16 +457,7 @@ def run_spark_step(
         if not in_time:
             problems.append(f"the ingest workers did not finish within {timeout:.0f}s (stopped them)")
         print()
-        for index, (proc, log) in enumerate(procs, 1):
-            lines = log.read_text(errors="replace").splitlines()
-            stopped = [line for line in lines if " stopped: " in line and line.startswith("lonnymq worker")]
-            print(
-                f"worker {index}: exit {proc.returncode}; "
-                + (stopped[-1].split(" stopped: ", 1)[1] if stopped else "(no summary)")
-            )
-            if proc.returncode != 0:
-                problems.append(f"ingest worker {index} exited with {proc.returncode}")
-                print("  last lines of its log:\n    " + "\n    ".join(lines[-15:]))
+        problems += report_workers(procs, label="ingest worker")
 
     problems += _fairness(expected, table)
     problems += _checks(expected, table)
