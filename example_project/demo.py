@@ -34,6 +34,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -148,17 +149,22 @@ def ensure_database() -> str:
     )
 
 
+def forget_queue(cursor: Any, queue: str) -> None:
+    """Delete every trace of one queue: messages, dedup keys, wake-up marks, dead letters, channels."""
+    cursor.execute("SELECT id FROM lonnymq_channel WHERE queue = %s", [queue])
+    channel_ids = [row[0] for row in cursor.fetchall()]
+    for table in ("lonnymq_message", "lonnymq_dedup", "lonnymq_wake"):
+        cursor.execute(f"DELETE FROM {table} WHERE channel_id = ANY(%s)", [channel_ids])
+    cursor.execute("DELETE FROM lonnymq_dead_message WHERE queue = %s", [queue])
+    cursor.execute("DELETE FROM lonnymq_channel WHERE queue = %s", [queue])
+
+
 def reset(tenants_table: str) -> None:
     """Delete every trace of the demo queue and the scoreboard (other queues are untouched)."""
     from django.db import connection, transaction
 
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT id FROM lonnymq_channel WHERE queue = %s", [QUEUE])
-        channel_ids = [row[0] for row in cursor.fetchall()]
-        cursor.execute("DELETE FROM lonnymq_message WHERE channel_id = ANY(%s)", [channel_ids])
-        cursor.execute("DELETE FROM lonnymq_dedup WHERE channel_id = ANY(%s)", [channel_ids])
-        cursor.execute("DELETE FROM lonnymq_dead_message WHERE queue = %s", [QUEUE])
-        cursor.execute("DELETE FROM lonnymq_channel WHERE queue = %s", [QUEUE])
+        forget_queue(cursor, QUEUE)
         cursor.execute(f"TRUNCATE {tenants_table}")
 
 

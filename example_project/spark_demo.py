@@ -144,13 +144,10 @@ def _reset(table: str) -> None:
     """Delete every trace of queue ``ingest`` and its scoreboard rows (nothing else)."""
     from django.db import connection, transaction
 
+    from example_project.demo import forget_queue
+
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT id FROM lonnymq_channel WHERE queue = %s", [QUEUE])
-        channel_ids = [row[0] for row in cursor.fetchall()]
-        cursor.execute("DELETE FROM lonnymq_message WHERE channel_id = ANY(%s)", [channel_ids])
-        cursor.execute("DELETE FROM lonnymq_dedup WHERE channel_id = ANY(%s)", [channel_ids])
-        cursor.execute("DELETE FROM lonnymq_dead_message WHERE queue = %s", [QUEUE])
-        cursor.execute("DELETE FROM lonnymq_channel WHERE queue = %s", [QUEUE])
+        forget_queue(cursor, QUEUE)
         cursor.execute(f"DELETE FROM {table} WHERE queue = %s", [QUEUE])
 
 
