@@ -139,3 +139,23 @@ def test_enqueue_uses_the_callers_connection_and_transaction():
             assert cursor.fetchone()[0] == 1
         transaction.set_rollback(True)
     assert messages_of("tx") == []
+
+
+def test_enqueues_into_a_channel_no_worker_has_visited_leave_one_mark(connect):
+    """A committed wake-up mark early enough serves later enqueues too; an earlier-due
+    message still leaves its own. Every message is then delivered."""
+    other = connect()
+    for n in range(5):
+        enqueue("marks", {"n": n}, channel="fresh")  # each in its own transaction
+    channel_id = channel_row("marks", "fresh", conn=other)["id"]
+    mark_count = "SELECT count(*) FROM lonnymq_wake WHERE channel_id = %s"
+    with other.cursor() as cur:
+        assert cur.execute(mark_count, [channel_id]).fetchone()[0] == 1
+        enqueue("marks", {"n": "urgent"}, channel="fresh", priority=10)  # due 10 s earlier
+        assert cur.execute(mark_count, [channel_id]).fetchone()[0] == 2
+    got = dequeue("marks", batch=10, conn=other)
+    assert [r["payload"] for r in got][0] == {"n": "urgent"}
+    assert sorted(r["payload"]["n"] for r in got[1:]) == [0, 1, 2, 3, 4]
+    with other.cursor() as cur:
+        assert cur.execute(mark_count, [channel_id]).fetchone()[0] == 0  # applied, deleted
+    assert_healthy()

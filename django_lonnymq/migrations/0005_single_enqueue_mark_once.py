@@ -1,0 +1,22 @@
+"""``lonnymq_mark_v1`` (a single enqueue's wake-up) leaves no second mark where one already
+there will do, as ``lonnymq_mark_many_v1`` does since 0004; from
+sql/0005_single_enqueue_mark_once.{up,down}.sql. Name, signature and result stay; the down
+file restores the 0001 body.
+"""
+
+from django.db import migrations
+
+from django_lonnymq import sql
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("django_lonnymq", "0004_set_based_enqueue_many"),
+    ]
+
+    operations = [
+        migrations.RunSQL(
+            sql=sql.read("0005_single_enqueue_mark_once.up.sql"),
+            reverse_sql=sql.read("0005_single_enqueue_mark_once.down.sql"),
+        ),
+    ]
