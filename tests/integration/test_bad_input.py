@@ -23,7 +23,7 @@ from django_lonnymq.models import Channel
 
 from .helpers import ack, configure, counts, dequeue, enqueue_sql, extend, fail, named
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("statement_binding")]
 
 
 @pytest.fixture

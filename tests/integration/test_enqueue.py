@@ -12,7 +12,7 @@ from django_lonnymq.conf import settings as lonnymq_settings
 
 from .helpers import assert_healthy, channel_row, db_now_ms, dequeue, message_row, messages_of, rows
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("statement_binding")]
 
 
 def test_enqueue_stores_the_message_ready_now_in_a_new_default_channel():
@@ -124,3 +124,25 @@ def test_a_backslash_followed_by_u0000_is_text_not_a_nul_character():
     payload = {"path": "C:\\u0000\\file", "pattern": "\\\\u0000"}
     message_id = enqueue("enq", payload)
     assert message_row(message_id)["payload"] == payload
+
+
+def test_with_prepared_statements_on_enqueue_is_prepared_once_per_connection(statement_binding):
+    def prepared_enqueues() -> tuple[int, int]:
+        """(prepared enqueue statements, their executions) of this connection."""
+        [row] = rows(
+            "SELECT count(*) AS statements, coalesce(sum(generic_plans + custom_plans), 0) AS runs"
+            " FROM pg_prepared_statements WHERE statement LIKE %s",
+            ["%lonnymq_enqueue_v1%"],
+        )
+        return row["statements"], row["runs"]
+
+    first = enqueue("enq", {"n": 0}, channel="c0", dedup_key="k0")
+    statements, runs = prepared_enqueues()
+    for n in range(1, 4):
+        enqueue("enq", {"n": n}, channel=f"c{n}", dedup_key=f"k{n}")
+    assert enqueue("enq", "again", channel="c0", dedup_key="k0") == first
+    if statement_binding == "prepared":
+        assert statements >= 1
+        assert prepared_enqueues() == (statements, runs + 4)  # the same statement, run again
+    else:
+        assert prepared_enqueues() == (statements, runs)  # nothing prepared ran
