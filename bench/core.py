@@ -82,7 +82,7 @@ def connect(url: str, autocommit: bool = True) -> psycopg.Connection[Any]:
 def reset(conn: psycopg.Connection[Any]) -> None:
     """Empty every queue table and the plain table (no bloat carried from one test to the next)."""
     conn.execute(
-        "TRUNCATE lonnymq_message, lonnymq_dedup, lonnymq_dead_message, lonnymq_channel, bench_plain"
+        "TRUNCATE lonnymq_message, lonnymq_dedup, lonnymq_dead_message, lonnymq_channel, lonnymq_wake, bench_plain"
         " RESTART IDENTITY"
     )
 

@@ -50,7 +50,8 @@ PARTITIONS = 2
 BATCH = 1000
 PLAIN_TABLE = "bench_spark_plain"
 TRUNCATE = (
-    "TRUNCATE lonnymq_message, lonnymq_dedup, lonnymq_dead_message, lonnymq_channel, {plain} RESTART IDENTITY"
+    "TRUNCATE lonnymq_message, lonnymq_dedup, lonnymq_dead_message, lonnymq_channel, lonnymq_wake, {plain}"
+    " RESTART IDENTITY"
 )
 CREATE_PLAIN = """
 CREATE TABLE IF NOT EXISTS {plain} (

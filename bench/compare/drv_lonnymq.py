@@ -73,7 +73,7 @@ def main() -> None:
     if args.command == "reset":
         with connection.cursor() as cur:
             cur.execute(
-                "TRUNCATE lonnymq_message, lonnymq_dedup, lonnymq_dead_message, lonnymq_channel "
+                "TRUNCATE lonnymq_message, lonnymq_dedup, lonnymq_dead_message, lonnymq_channel, lonnymq_wake "
                 "RESTART IDENTITY CASCADE"
             )
     elif args.command == "enqueue":

@@ -47,7 +47,7 @@ LOGF = subprocess.DEVNULL  # drivers' stderr while filling; set to the run's log
 
 RESET_SQL = {
     "raw": "TRUNCATE raw_queue RESTART IDENTITY",
-    "lonnymq": "TRUNCATE lonnymq_message, lonnymq_dedup, lonnymq_dead_message, lonnymq_channel "
+    "lonnymq": "TRUNCATE lonnymq_message, lonnymq_dedup, lonnymq_dead_message, lonnymq_channel, lonnymq_wake "
     "RESTART IDENTITY CASCADE",
     "pgqueuer": "TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics RESTART IDENTITY",
     "procrastinate": "TRUNCATE procrastinate_jobs, procrastinate_events, procrastinate_workers "
@@ -187,6 +187,8 @@ def ensure_venvs() -> dict[str, str]:
     ).stdout.strip()
     if lq_root == ROOT:
         versions["lonnymq"] += f" @ {head or '?'}{' + local changes' if dirty else ''}"
+        prepared = os.environ.get("BENCH_LONNYMQ_PREPARED", "1") != "0"
+        versions["lonnymq"] += " (Django prepare_threshold=5)" if prepared else " (nothing prepared)"
     else:
         versions["lonnymq"] += f" from {lq_root} (BENCH_LONNYMQ_ROOT)"
     return versions
