@@ -70,24 +70,18 @@ _FUNCTION = re.compile(
 
 
 def stale_functions(dsn: str) -> list[str]:
-    """Queue functions whose body in the database differs from django_lonnymq/sql/*.up.sql."""
+    """Queue functions whose body in the database differs from django_lonnymq/sql/schema.sql."""
     from django_lonnymq import sql
 
-    expected: dict[str, list[str]] = {}
-    for path in sorted((ROOT / "django_lonnymq" / "sql").glob("*.up.sql")):
-        for replace, name, _, body in _FUNCTION.findall(sql.read(path.name)):
-            if replace:  # a later migration's new body for an existing function
-                expected[name.lower()] = [body]
-            else:
-                expected.setdefault(name.lower(), []).append(body)
+    expected: dict[str, str] = {}
+    for name, definition in sql.functions(sql.read(sql.SCHEMA_FILE)).items():
+        expected[name.lower()] = _FUNCTION.search(definition).group(4)
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(
             "SELECT proname, prosrc FROM pg_proc WHERE proname = ANY(%s)", (list(expected),)
         ).fetchall()
-    installed: dict[str, set[str]] = {}
-    for name, body in rows:
-        installed.setdefault(name, set()).add(body)
-    return sorted(name for name, bodies in expected.items() if not set(bodies) <= installed.get(name, set()))
+    installed = {name: body for name, body in rows}
+    return sorted(name for name, body in expected.items() if installed.get(name) != body)
 
 
 def prepare_database(url: str, log: Callable[[str], None]) -> str:

@@ -1,6 +1,6 @@
 """Every error the queue raises, under one base class, and the one place SQL errors map to them.
 
-The SQL functions raise their own SQLSTATEs (class ``LQ``, see ``sql/0001_initial.up.sql``);
+The SQL functions raise their own SQLSTATEs (class ``LQ``, see ``sql/schema.sql``);
 schema CHECK constraints are named ``lonnymq_*``. :func:`translate` turns both into the types
 below. ``Retry`` and ``Discard`` are not errors: a handler raises them to steer its message.
 """

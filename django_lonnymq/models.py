@@ -1,6 +1,6 @@
 """The queue's tables as Django models: for the admin, for queries, and for users' reports.
 
-The tables, indexes and constraints are created by the SQL in ``sql/0001_initial.up.sql``;
+The tables, indexes and constraints are defined in ``sql/schema.sql`` (installed by the migrations);
 the models mirror them (the migration carries them as state only). Write to these tables
 through :mod:`django_lonnymq.api`, which runs the SQL functions that keep the scheduler's
 invariants; ORM updates of scheduler columns would bypass them.
@@ -260,7 +260,7 @@ class QueueSample(models.Model):
     """A queue's figures at one moment: live (unsaved, from :meth:`live`) or recorded history.
 
     Recorded by ``manage.py lonnymq_stats --record`` into the table of
-    ``sql/0003_queue_sample.up.sql``; the dashboard charts the history. Counts are exact at
+    ``sql/schema.sql``; the dashboard charts the history. Counts are exact at
     ``at`` (see docs/admin.md for what each costs). ``released_total`` is a running count
     of releases, so the difference between two samples is the throughput between them.
     """

@@ -1,4 +1,5 @@
-"""Tables, indexes and the v1 SQL functions, from sql/0001_initial.{up,down}.sql.
+"""Tables, indexes and the v1 SQL functions, from sql/migrations/0001_initial.{up,down}.sql
+(frozen; the live definitions are in sql/schema.sql).
 
 The database side is the SQL file; the state operations tell Django what the models look
 like, so ``makemigrations --check`` stays clean.
@@ -20,8 +21,8 @@ class Migration(migrations.Migration):
         migrations.SeparateDatabaseAndState(
             database_operations=[
                 migrations.RunSQL(
-                    sql=sql.read("0001_initial.up.sql"),
-                    reverse_sql=sql.read("0001_initial.down.sql"),
+                    sql=sql.migration("0001_initial"),
+                    reverse_sql=sql.migration("0001_initial", "down"),
                 ),
             ],
             state_operations=[

@@ -1,4 +1,4 @@
-"""Results of Django Tasks, from sql/0002_task_result.{up,down}.sql."""
+"""Results of Django Tasks, from sql/migrations/0002_task_result.{up,down}.sql."""
 
 import django.utils.timezone
 from django.db import migrations, models
@@ -15,8 +15,8 @@ class Migration(migrations.Migration):
         migrations.SeparateDatabaseAndState(
             database_operations=[
                 migrations.RunSQL(
-                    sql=sql.read("0002_task_result.up.sql"),
-                    reverse_sql=sql.read("0002_task_result.down.sql"),
+                    sql=sql.migration("0002_task_result"),
+                    reverse_sql=sql.migration("0002_task_result", "down"),
                 ),
             ],
             state_operations=[

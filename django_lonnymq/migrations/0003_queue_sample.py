@@ -1,5 +1,5 @@
 """The queue-sample history table and the operators' SQL functions, from
-sql/0003_queue_sample.{up,down}.sql (see docs/admin.md).
+sql/migrations/0003_queue_sample.{up,down}.sql (see docs/admin.md).
 
 The database side is the SQL file; the state operations tell Django what the model looks
 like, so ``makemigrations --check`` stays clean.
@@ -20,8 +20,8 @@ class Migration(migrations.Migration):
         migrations.SeparateDatabaseAndState(
             database_operations=[
                 migrations.RunSQL(
-                    sql=sql.read("0003_queue_sample.up.sql"),
-                    reverse_sql=sql.read("0003_queue_sample.down.sql"),
+                    sql=sql.migration("0003_queue_sample"),
+                    reverse_sql=sql.migration("0003_queue_sample", "down"),
                 ),
             ],
             state_operations=[

@@ -1,8 +1,8 @@
 """``lonnymq_enqueue_many_v1`` runs every valid batch as one set-based statement (no scratch
 table), ``lonnymq_mark_many_v1`` leaves no second mark where a committed one will do, and
 ``lonnymq_delete_channel_v1`` deletes the channel's wake-up marks with it; from
-sql/0004_set_based_enqueue_many.{up,down}.sql. Names, signatures, results and errors stay;
-the down file restores the earlier bodies.
+sql/migrations/0004_set_based_enqueue_many.up.sql. Names, signatures, results and errors
+stay; the reverse reinstalls the earlier bodies from the files that installed them.
 """
 
 from django.db import migrations
@@ -17,7 +17,8 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.RunSQL(
-            sql=sql.read("0004_set_based_enqueue_many.up.sql"),
-            reverse_sql=sql.read("0004_set_based_enqueue_many.down.sql"),
+            sql=sql.migration("0004_set_based_enqueue_many"),
+            reverse_sql=sql.restore("0001_initial", "lonnymq_mark_many_v1", "lonnymq_enqueue_many_v1")
+            + sql.restore("0003_queue_sample", "lonnymq_delete_channel_v1"),
         ),
     ]

@@ -1,7 +1,7 @@
 """``lonnymq_mark_v1`` (a single enqueue's wake-up) leaves no second mark where one already
 there will do, as ``lonnymq_mark_many_v1`` does since 0004; from
-sql/0005_single_enqueue_mark_once.{up,down}.sql. Name, signature and result stay; the down
-file restores the 0001 body.
+sql/migrations/0005_single_enqueue_mark_once.up.sql. Name, signature and result stay; the
+reverse reinstalls the 0001 body from 0001's file.
 """
 
 from django.db import migrations
@@ -16,7 +16,7 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.RunSQL(
-            sql=sql.read("0005_single_enqueue_mark_once.up.sql"),
-            reverse_sql=sql.read("0005_single_enqueue_mark_once.down.sql"),
+            sql=sql.migration("0005_single_enqueue_mark_once"),
+            reverse_sql=sql.restore("0001_initial", "lonnymq_mark_v1"),
         ),
     ]

@@ -1,7 +1,15 @@
-"""The SQL that ships with the app: migration files and the named queries.
+"""The SQL that ships with the app: the live schema, the migrations' history, named queries.
 
-Statements live in ``.sql`` files beside this module so they can be read, diffed and run
-with psql; Python only looks them up by name.
+- ``schema.sql``: every table, index and function as a fresh ``migrate`` installs it now. The
+  file to read, and the one to edit (docs/sql.md).
+- ``migrations/NNNN_name.up.sql`` (and ``.down.sql`` where the step creates something): what
+  each released migration ran, frozen (tests/migrations/test_schema.py pins their checksums).
+  A later migration that changes a function carries its new body; its reverse reinstalls the
+  earlier body from the earlier file with :func:`restore`, so no body is copied into a down
+  file.
+- ``queries.sql`` / ``stats.sql``: the named statements the Python layer runs.
+
+Python only looks statements up by name; none are built from strings elsewhere.
 """
 
 from __future__ import annotations
@@ -12,11 +20,57 @@ from importlib import resources
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 _ARRAY_PARAM = re.compile(r"%\((\w+)\)s(::\w+\[\])")
+# One function definition: the comment lines right above it, CREATE [OR REPLACE] FUNCTION,
+# up to the end of its $$-quoted body.
+_FUNCTION = re.compile(
+    r"(?P<comment>(?:^--(?! ---)[^\n]*\n)*)"
+    r"^CREATE (?:OR REPLACE )?FUNCTION (?P<name>\w+)\((?P<rest>.*?\$\$.*?\$\$[^;]*;)",
+    re.MULTILINE | re.DOTALL,
+)
+
+SCHEMA_FILE = "schema.sql"
+MIGRATIONS_DIR = "migrations"
 
 
 def read(filename: str) -> str:
-    """The text of one SQL file in this package."""
+    """The text of one SQL file in this package (``"schema.sql"``, ``"migrations/0001_initial.up.sql"``)."""
     return resources.files(__package__).joinpath(filename).read_text(encoding="utf-8")
+
+
+def migration(name: str, direction: str = "up") -> str:
+    """The SQL a released migration runs, e.g. ``migration("0001_initial", "down")``."""
+    return read(f"{MIGRATIONS_DIR}/{name}.{direction}.sql")
+
+
+def migration_files() -> list[str]:
+    """Every released migration SQL file, by name, in order."""
+    folder = resources.files(__package__).joinpath(MIGRATIONS_DIR)
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".sql"))
+
+
+def functions(text: str) -> dict[str, str]:
+    """The function definitions in a SQL text, by name (comment above included)."""
+    found: dict[str, str] = {}
+    for match in _FUNCTION.finditer(text):
+        name = match["name"]
+        if name in found:
+            raise ValueError(f"function {name!r} is defined twice in one file")
+        found[name] = f"{match['comment']}CREATE FUNCTION {name}({match['rest']}"
+    return found
+
+
+def restore(migration_name: str, *names: str) -> str:
+    """``CREATE OR REPLACE`` statements that put back functions as an earlier migration installed them.
+
+    A migration that changes a function reverses with this instead of a copy of the old body.
+    """
+    defined = functions(migration(migration_name))
+    missing = [n for n in names if n not in defined]
+    if missing:
+        raise KeyError(f"{migration_name} defines no function {', '.join(missing)}")
+    return "\n".join(
+        defined[n].replace(f"CREATE FUNCTION {n}(", f"CREATE OR REPLACE FUNCTION {n}(", 1) for n in names
+    )
 
 
 QUERY_FILES = ("queries.sql", "stats.sql")

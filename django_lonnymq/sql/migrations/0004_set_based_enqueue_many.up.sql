@@ -1,3 +1,6 @@
+-- Frozen history: what this migration ran when it was released (a test pins this file).
+-- The live definition of every table and function is in ../schema.sql.
+--
 -- django-lonnymq 0004: lonnymq_enqueue_many_v1 runs every valid batch as one set-based
 -- statement, dedup keys, run times, delays and priorities included (0001 did so only for
 -- batches of plain messages and staged the rest in a scratch table with a function call per

@@ -1,3 +1,6 @@
+-- Frozen history: what this migration ran when it was released (a test pins this file).
+-- The live definition of every table and function is in ../schema.sql.
+--
 -- django-lonnymq 0001: tables, indexes and the v1 queue functions.
 --
 -- Times are BIGINT milliseconds since the Unix epoch. Errors raised here use the SQLSTATE
@@ -262,6 +265,7 @@ BEGIN
 END
 $$;
 
+-- REPLACED by migration 0005: not the live body (see ../schema.sql).
 -- A producer's wake-up: leave a mark for a channel whose next turn is not early enough for a
 -- message due at p_dequeue_at. Takes no row lock: the mark becomes visible when the producer
 -- commits and the next dequeue applies it. The caller holds the channel's shared advisory
@@ -295,6 +299,7 @@ BEGIN
 END
 $$;
 
+-- REPLACED by migration 0004: not the live body (see ../schema.sql).
 -- The same for many channels (distinct ids, each with the earliest time it needs), in one
 -- statement: enqueue_many's wake-up.
 CREATE FUNCTION lonnymq_mark_many_v1(p_queue text, p_channel_ids bigint[], p_dequeue_ats bigint[],
@@ -423,6 +428,7 @@ BEGIN
 END
 $$;
 
+-- REPLACED by migration 0004: not the live body (see ../schema.sql).
 -- Many messages of one queue, any channels, in one call. Returns the ids in input order (the
 -- existing id where a dedup key repeats). NULL arrays mean "defaults for every row".
 -- Channels are created in name order and locked in id order, so concurrent batches over the

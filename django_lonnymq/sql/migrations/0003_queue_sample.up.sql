@@ -1,3 +1,6 @@
+-- Frozen history: what this migration ran when it was released (a test pins this file).
+-- The live definition of every table and function is in ../schema.sql.
+--
 -- django-lonnymq 0003: figures for operators (the admin, the dashboard, lonnymq_stats,
 -- the metrics view) and a small history of them.
 --
@@ -149,6 +152,7 @@ BEGIN
 END
 $$;
 
+-- REPLACED by migration 0004: not the live body (see ../schema.sql).
 -- Delete a channel only while it holds no message and no enqueue into it is in flight.
 -- Returns 'deleted', 'not_empty', 'busy' (a producer or dequeuer holds it: try again) or
 -- 'missing'. Dead messages keep their queue and channel names (requeue recreates the

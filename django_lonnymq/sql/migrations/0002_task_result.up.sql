@@ -1,3 +1,6 @@
+-- Frozen history: what this migration ran when it was released (a test pins this file).
+-- The live definition of every table and function is in ../schema.sql.
+--
 -- django-lonnymq 0002: results of Django Tasks run on the queue (django_lonnymq.tasks).
 -- Kept apart from the queue's hot tables: one insert at enqueue, two updates per run.
 CREATE TABLE lonnymq_task_result (

@@ -1,0 +1,1521 @@
+-- django-lonnymq: the live schema. Every table, index and SQL function that a fresh
+-- `python manage.py migrate` installs, as it is now, in one file.
+--
+-- This file is the one to read and the one to change (docs/sql.md has the steps): edit a
+-- function here, then add a migration that installs the new body. The numbered files in
+-- sql/migrations/ are frozen history; tests/migrations/test_schema.py proves that migrating
+-- from zero gives exactly this schema, and pins every released migration file.
+--
+-- Times are BIGINT milliseconds since the Unix epoch. Errors raised here use the SQLSTATE
+-- class 'LQ' and are mapped to Python exceptions in django_lonnymq/exceptions.py.
+--   LQ001 invalid argument          LQ002 priority with a future run time
+--   LQ003 stale lease               LQ004 message not found
+--   LQ006 unsupported isolation level
+-- The locking argument for these functions is written down in docs/locking.md.
+
+-- ---------------------------------------------------------------------------------------
+-- Tables
+-- ---------------------------------------------------------------------------------------
+
+CREATE TABLE lonnymq_channel (
+    id                  bigserial PRIMARY KEY,
+    queue               text        NOT NULL,
+    name                text        NOT NULL,
+    max_concurrency     integer     NULL,
+    release_interval_ms bigint      NOT NULL DEFAULT 0,
+    paused              boolean     NOT NULL DEFAULT false,
+    in_flight           integer     NOT NULL DEFAULT 0,
+    last_dequeue_at     bigint      NULL,
+    next_dequeue_at     bigint      NULL,
+    turn                bigint      NOT NULL DEFAULT 0,
+    released_total      bigint      NOT NULL DEFAULT 0,
+    created_at          timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT lonnymq_channel_queue_name_uniq UNIQUE (queue, name),
+    CONSTRAINT lonnymq_channel_queue_length CHECK (char_length(queue) BETWEEN 1 AND 100),
+    CONSTRAINT lonnymq_channel_name_length CHECK (char_length(name) BETWEEN 1 AND 200),
+    CONSTRAINT lonnymq_channel_max_concurrency_positive
+        CHECK (max_concurrency IS NULL OR max_concurrency > 0),
+    CONSTRAINT lonnymq_channel_release_interval_nonnegative CHECK (release_interval_ms >= 0),
+    CONSTRAINT lonnymq_channel_in_flight_nonnegative CHECK (in_flight >= 0)
+) WITH (
+    -- Every release rewrites the row: leave room on the page and vacuum early.
+    fillfactor = 50,
+    autovacuum_vacuum_scale_factor = 0.0,
+    autovacuum_vacuum_threshold = 1000,
+    autovacuum_analyze_scale_factor = 0.05,
+    autovacuum_vacuum_cost_delay = 0
+);
+
+-- The scheduler's one index: channels that may release now, in round-robin order.
+-- Invariant: a channel holding a ready message is in this index, or paused, or at its cap.
+CREATE INDEX lonnymq_channel_eligible_idx ON lonnymq_channel (queue, next_dequeue_at, turn)
+    WHERE next_dequeue_at IS NOT NULL
+      AND NOT paused
+      AND (max_concurrency IS NULL OR in_flight < max_concurrency);
+
+CREATE SEQUENCE lonnymq_turn_seq;
+
+CREATE TABLE lonnymq_message (
+    id            bigserial   PRIMARY KEY,
+    channel_id    bigint      NOT NULL REFERENCES lonnymq_channel (id),
+    payload       jsonb       NOT NULL,
+    dequeue_at    bigint      NOT NULL,
+    priority      smallint    NOT NULL DEFAULT 0,
+    attempts      integer     NOT NULL DEFAULT 0,
+    max_attempts  integer     NOT NULL,
+    lease_until   bigint      NULL,
+    lease_token   uuid        NULL,
+    leased_by     text        NULL,
+    slot_taken    boolean     NOT NULL DEFAULT false,
+    dedup_key     text        NULL,
+    enqueued_at   timestamptz NOT NULL DEFAULT now(),
+    last_error    text        NULL,
+    CONSTRAINT lonnymq_message_attempts_nonnegative CHECK (attempts >= 0),
+    CONSTRAINT lonnymq_message_max_attempts_range CHECK (max_attempts BETWEEN 1 AND 1000),
+    CONSTRAINT lonnymq_message_priority_range CHECK (priority BETWEEN 0 AND 100),
+    CONSTRAINT lonnymq_message_lease_complete CHECK ((lease_until IS NULL) = (lease_token IS NULL)),
+    CONSTRAINT lonnymq_message_slot_needs_lease CHECK (NOT slot_taken OR lease_until IS NOT NULL),
+    CONSTRAINT lonnymq_message_dedup_key_length
+        CHECK (dedup_key IS NULL OR char_length(dedup_key) BETWEEN 1 AND 200),
+    CONSTRAINT lonnymq_message_payload_size CHECK (pg_column_size(payload) <= 8388608)
+) WITH (
+    fillfactor = 90,
+    autovacuum_vacuum_scale_factor = 0.02,
+    autovacuum_vacuum_insert_scale_factor = 0.05,
+    autovacuum_analyze_scale_factor = 0.02,
+    autovacuum_vacuum_cost_delay = 0
+);
+
+-- Ready and scheduled messages of a channel, in release order (FIFO, priority, schedule).
+CREATE INDEX lonnymq_message_ready_idx ON lonnymq_message (channel_id, dequeue_at, id)
+    WHERE lease_until IS NULL;
+-- Messages in flight, by lease expiry: drives the reaper.
+CREATE INDEX lonnymq_message_lease_idx ON lonnymq_message (lease_until)
+    WHERE lease_until IS NOT NULL;
+
+-- Dedup keys outlive their messages for a window, so a re-run producer enqueues nothing twice.
+CREATE TABLE lonnymq_dedup (
+    channel_id  bigint      NOT NULL,
+    dedup_key   text        NOT NULL,
+    message_id  bigint      NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (channel_id, dedup_key)
+);
+CREATE INDEX lonnymq_dedup_created_idx ON lonnymq_dedup (created_at);
+
+-- Wake-up marks: "this channel has work from this time on". A producer whose channel is parked
+-- (or whose next turn is too late) leaves a mark instead of updating the channel row, so it
+-- never holds a row lock that another producer or a dequeuer would wait for. The mark commits
+-- or rolls back with the messages; the next dequeue of the queue applies committed marks to
+-- the channel rows and deletes them. One mark per channel and producer transaction.
+CREATE TABLE lonnymq_wake (
+    id          bigserial PRIMARY KEY,
+    queue       text   NOT NULL,
+    channel_id  bigint NOT NULL,
+    dequeue_at  bigint NOT NULL,
+    xact        xid8   NOT NULL DEFAULT pg_current_xact_id()
+) WITH (
+    -- Inserted and deleted all day, usually nearly empty: vacuum early.
+    autovacuum_vacuum_scale_factor = 0.0,
+    autovacuum_vacuum_threshold = 500,
+    autovacuum_vacuum_insert_threshold = 500,
+    autovacuum_vacuum_cost_delay = 0
+);
+CREATE UNIQUE INDEX lonnymq_wake_channel_xact_uniq ON lonnymq_wake (channel_id, xact);
+CREATE INDEX lonnymq_wake_queue_idx ON lonnymq_wake (queue, dequeue_at);
+
+CREATE TABLE lonnymq_dead_message (
+    id            bigint      PRIMARY KEY,
+    channel_id    bigint      NULL REFERENCES lonnymq_channel (id) ON DELETE SET NULL,
+    queue         text        NOT NULL,
+    channel       text        NOT NULL,
+    payload       jsonb       NOT NULL,
+    priority      smallint    NOT NULL DEFAULT 0,
+    attempts      integer     NOT NULL,
+    max_attempts  integer     NOT NULL,
+    dedup_key     text        NULL,
+    enqueued_at   timestamptz NOT NULL,
+    died_at       timestamptz NOT NULL DEFAULT now(),
+    reason        text        NOT NULL,
+    last_error    text        NULL,
+    CONSTRAINT lonnymq_dead_message_reason_known
+        CHECK (reason IN ('failed', 'discarded', 'lease_expired'))
+);
+CREATE INDEX lonnymq_dead_queue_died_idx ON lonnymq_dead_message (queue, died_at);
+CREATE INDEX lonnymq_dead_channel_idx ON lonnymq_dead_message (channel_id);
+
+-- Dashboard history: one row per queue each time someone records a sample.
+-- Written by `manage.py lonnymq_stats --record` (cron, or --interval), pruned by the same
+-- call. The dashboard charts these; it never writes them itself.
+CREATE TABLE lonnymq_queue_sample (
+    id               bigserial   PRIMARY KEY,
+    queue            text        NOT NULL,
+    at               timestamptz NOT NULL DEFAULT clock_timestamp(),
+    channels         bigint      NOT NULL,
+    paused_channels  bigint      NOT NULL,
+    ready            bigint      NOT NULL,
+    scheduled        bigint      NOT NULL,
+    in_flight        bigint      NOT NULL,
+    dead             bigint      NOT NULL,
+    -- How long the most overdue ready message has been due (ms); NULL when none is ready.
+    oldest_ready_ms  bigint      NULL,
+    -- sum(lonnymq_channel.released_total) of the queue's channels: messages released
+    -- (leased) ever, once per delivery. Monotonic per channel; the sum drops only when a
+    -- channel is deleted (its count leaves the sum), so readers clamp differences at 0.
+    released_total   bigint      NOT NULL DEFAULT 0,
+    CONSTRAINT lonnymq_queue_sample_counts_nonnegative
+        CHECK (channels >= 0 AND paused_channels >= 0 AND ready >= 0 AND scheduled >= 0
+               AND in_flight >= 0 AND dead >= 0 AND released_total >= 0)
+);
+CREATE INDEX lonnymq_sample_queue_at_idx ON lonnymq_queue_sample (queue, at);
+CREATE INDEX lonnymq_queue_sample_at_idx ON lonnymq_queue_sample (at);
+
+-- Results of Django Tasks run on the queue (django_lonnymq.tasks).
+-- Kept apart from the queue's hot tables: one insert at enqueue, two updates per run.
+CREATE TABLE lonnymq_task_result (
+    id                 text        PRIMARY KEY,
+    backend            text        NOT NULL,
+    task_path          text        NOT NULL,
+    queue              text        NOT NULL,
+    channel            text        NOT NULL,
+    message_id         bigint      NULL,
+    status             text        NOT NULL,
+    args               jsonb       NOT NULL DEFAULT '[]',
+    kwargs             jsonb       NOT NULL DEFAULT '{}',
+    priority           integer     NOT NULL DEFAULT 0,
+    run_after          timestamptz NULL,
+    return_value       jsonb       NULL,
+    errors             jsonb       NOT NULL DEFAULT '[]',
+    worker_ids         jsonb       NOT NULL DEFAULT '[]',
+    enqueued_at        timestamptz NOT NULL DEFAULT now(),
+    started_at         timestamptz NULL,
+    last_attempted_at  timestamptz NULL,
+    finished_at        timestamptz NULL,
+    CONSTRAINT lonnymq_task_result_status_known
+        CHECK (status IN ('READY', 'RUNNING', 'FAILED', 'SUCCESSFUL'))
+) WITH (fillfactor = 80);
+CREATE INDEX lonnymq_task_finished_idx ON lonnymq_task_result (finished_at)
+    WHERE finished_at IS NOT NULL;
+
+-- ---------------------------------------------------------------------------------------
+-- Small helpers
+-- ---------------------------------------------------------------------------------------
+
+CREATE FUNCTION lonnymq_now_ms_v1() RETURNS bigint
+LANGUAGE sql VOLATILE AS $$
+    SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+$$;
+
+-- Advisory lock key of a channel: (namespace, channel). The fixed namespace keeps these
+-- locks apart from the application's own one-key advisory locks.
+CREATE FUNCTION lonnymq_lock_ns_v1() RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$ SELECT 1280135473 $$;
+
+CREATE FUNCTION lonnymq_lock_key_v1(p_channel_id bigint) RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$ SELECT (p_channel_id % 2147483647)::integer $$;
+
+CREATE FUNCTION lonnymq_raise_invalid_v1(p_field text, p_rule text, p_value text)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION '% %, got %', p_field, p_rule, coalesce(p_value, 'null')
+        USING ERRCODE = 'LQ001', COLUMN = p_field;
+END
+$$;
+
+CREATE FUNCTION lonnymq_check_names_v1(p_queue text, p_channel text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_queue IS NULL OR char_length(p_queue) NOT BETWEEN 1 AND 100 THEN
+        PERFORM lonnymq_raise_invalid_v1('queue', 'must be 1 to 100 characters', quote_nullable(p_queue));
+    END IF;
+    IF p_channel IS NULL OR char_length(p_channel) NOT BETWEEN 1 AND 200 THEN
+        PERFORM lonnymq_raise_invalid_v1('channel', 'must be 1 to 200 characters', quote_nullable(p_channel));
+    END IF;
+END
+$$;
+
+-- When a new message may first be released: a run time or delay, or now minus the priority
+-- credit. Priority with a future run time is refused: the two cannot be folded together.
+CREATE FUNCTION lonnymq_dequeue_at_v1(
+    p_now bigint, p_run_at_ms bigint, p_delay_ms bigint, p_priority integer, p_priority_step_ms bigint
+) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_at bigint;
+BEGIN
+    IF p_priority IS NULL OR p_priority NOT BETWEEN 0 AND 100 THEN
+        PERFORM lonnymq_raise_invalid_v1('priority', 'must be between 0 and 100', p_priority::text);
+    END IF;
+    IF p_delay_ms IS NOT NULL AND p_delay_ms < 0 THEN
+        PERFORM lonnymq_raise_invalid_v1('delay', 'must not be negative', p_delay_ms::text);
+    END IF;
+    IF p_run_at_ms IS NOT NULL AND p_delay_ms IS NOT NULL THEN
+        PERFORM lonnymq_raise_invalid_v1('run_at', 'cannot be combined with delay', p_run_at_ms::text);
+    END IF;
+    v_at := coalesce(p_run_at_ms, p_now + coalesce(p_delay_ms, 0));
+    IF p_priority > 0 THEN
+        IF v_at > p_now THEN
+            RAISE EXCEPTION 'priority % cannot be combined with a future run time (% ms from now)',
+                p_priority, v_at - p_now
+                USING ERRCODE = 'LQ002', COLUMN = 'priority',
+                      HINT = 'Priority moves a message earlier; a scheduled message has no earlier slot to move to.';
+        END IF;
+        v_at := v_at - p_priority::bigint * p_priority_step_ms;
+    END IF;
+    RETURN v_at;
+END
+$$;
+
+-- Get or create a channel, race-free: concurrent first enqueues agree on one row.
+CREATE FUNCTION lonnymq_channel_id_v1(p_queue text, p_channel text) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    SELECT id INTO v_id FROM lonnymq_channel WHERE queue = p_queue AND name = p_channel;
+    IF v_id IS NULL THEN
+        PERFORM lonnymq_check_names_v1(p_queue, p_channel);
+        INSERT INTO lonnymq_channel (queue, name) VALUES (p_queue, p_channel)
+            ON CONFLICT (queue, name) DO NOTHING
+            RETURNING id INTO v_id;
+        IF v_id IS NULL THEN
+            SELECT id INTO v_id FROM lonnymq_channel WHERE queue = p_queue AND name = p_channel;
+        END IF;
+        IF v_id IS NULL THEN
+            RAISE EXCEPTION 'channel %/% was created concurrently; retry the transaction', p_queue, p_channel
+                USING ERRCODE = '40001';
+        END IF;
+    END IF;
+    RETURN v_id;
+END
+$$;
+
+-- Make sure a channel will look at a message that becomes ready at p_dequeue_at.
+-- Lowers next_dequeue_at only when it must (more than p_tolerance_ms later than needed), so
+-- enqueues into a busy channel take no row lock. The caller holds the channel's shared
+-- advisory lock (see docs/locking.md). Under REPEATABLE READ or SERIALIZABLE the lowering is
+-- unconditional: the row lock then keeps dequeuers from parking the channel until commit.
+CREATE FUNCTION lonnymq_wake_v1(p_channel_id bigint, p_dequeue_at bigint, p_tolerance_ms bigint)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('transaction_isolation') = 'read committed' THEN
+        UPDATE lonnymq_channel c
+           SET next_dequeue_at = greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms),
+               turn = nextval('lonnymq_turn_seq') * 100000
+         WHERE c.id = p_channel_id
+           AND (c.next_dequeue_at IS NULL
+                OR c.next_dequeue_at > greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms)
+                                       + p_tolerance_ms);
+    ELSE
+        UPDATE lonnymq_channel c
+           SET next_dequeue_at = least(
+                   coalesce(c.next_dequeue_at, 9223372036854775807),
+                   greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms)),
+               turn = CASE WHEN c.next_dequeue_at IS NULL
+                             OR c.next_dequeue_at > greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms)
+                           THEN nextval('lonnymq_turn_seq') * 100000 ELSE c.turn END
+         WHERE c.id = p_channel_id;
+    END IF;
+    RETURN FOUND;
+END
+$$;
+
+-- A producer's wake-up: leave a mark for a channel whose next turn is not early enough for a
+-- message due at p_dequeue_at. Takes no row lock: the mark becomes visible when the producer
+-- commits and the next dequeue applies it. The caller holds the channel's shared advisory
+-- lock, so no dequeuer parks it meanwhile (docs/locking.md). Under READ COMMITTED a mark
+-- already there and early enough (committed, or this transaction's own) will do: only a
+-- dequeue that applies it deletes it. So enqueues into a channel no worker has visited yet
+-- leave one mark, not one per transaction. Under REPEATABLE READ or SERIALIZABLE the
+-- producer's snapshot may predate a park: it always marks. Notifies the queue's workers
+-- (delivered at commit) when it marked. Scalar statements on purpose: their generic plans
+-- are index probes, so plpgsql does not re-plan them on every call.
+CREATE FUNCTION lonnymq_mark_v1(p_queue text, p_channel_id bigint, p_dequeue_at bigint,
+                                           p_tolerance_ms bigint)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_next  bigint;
+    v_floor bigint;
+BEGIN
+    IF current_setting('transaction_isolation') = 'read committed' THEN
+        SELECT c.next_dequeue_at, c.last_dequeue_at + c.release_interval_ms INTO v_next, v_floor
+          FROM lonnymq_channel c WHERE c.id = p_channel_id;
+        IF v_next IS NOT NULL AND v_next <= greatest(p_dequeue_at, v_floor) + p_tolerance_ms THEN
+            RETURN false;
+        END IF;
+        PERFORM FROM lonnymq_wake w
+          WHERE w.channel_id = p_channel_id AND w.dequeue_at <= p_dequeue_at + p_tolerance_ms;
+        IF FOUND THEN
+            RETURN false;
+        END IF;
+    END IF;
+    -- A later message of the same transaction rewrites its mark only when it is due earlier
+    -- (a rewrite on every call would pile up row versions inside one long transaction).
+    INSERT INTO lonnymq_wake AS w (queue, channel_id, dequeue_at)
+    VALUES (p_queue, p_channel_id, p_dequeue_at)
+    ON CONFLICT (channel_id, xact) DO UPDATE SET dequeue_at = excluded.dequeue_at
+        WHERE excluded.dequeue_at < w.dequeue_at;
+    PERFORM pg_notify('lonnymq_wakeup', p_queue);
+    RETURN true;
+END
+$$;
+
+-- The same for many channels (distinct ids, each with the earliest time it needs), in one
+-- statement: enqueue_many's wake-up. Under READ COMMITTED a channel that already has a
+-- committed mark early enough needs no other: the next dequeue applies that mark, and while
+-- this transaction holds the channel's shared advisory lock no dequeuer parks the channel
+-- (docs/locking.md). So a producer that writes chunk after chunk into channels no worker has
+-- looked at yet leaves one mark per channel, not one per chunk.
+CREATE FUNCTION lonnymq_mark_many_v1(p_queue text, p_channel_ids bigint[], p_dequeue_ats bigint[],
+                                     p_tolerance_ms bigint)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_marked integer;
+BEGIN
+    INSERT INTO lonnymq_wake AS w (queue, channel_id, dequeue_at)
+    SELECT p_queue, c.id, u.at
+      FROM unnest(p_channel_ids, p_dequeue_ats) AS u(id, at)
+      JOIN lonnymq_channel c ON c.id = u.id AND c.id = ANY (p_channel_ids)
+     WHERE current_setting('transaction_isolation') <> 'read committed'
+        OR ((c.next_dequeue_at IS NULL
+             OR c.next_dequeue_at > greatest(u.at, c.last_dequeue_at + c.release_interval_ms) + p_tolerance_ms)
+            AND NOT EXISTS (SELECT 1 FROM lonnymq_wake m
+                             WHERE m.channel_id = c.id AND m.dequeue_at <= u.at + p_tolerance_ms))
+    ON CONFLICT (channel_id, xact) DO UPDATE SET dequeue_at = excluded.dequeue_at
+        WHERE excluded.dequeue_at < w.dequeue_at;
+    GET DIAGNOSTICS v_marked = ROW_COUNT;
+    IF v_marked > 0 THEN
+        PERFORM pg_notify('lonnymq_wakeup', p_queue);
+    END IF;
+    RETURN v_marked > 0;
+END
+$$;
+
+-- A dequeuer's first step: apply the committed marks of a queue to their channels (only
+-- ever earlier) and delete them. Marks whose channel row another session holds stay for
+-- the next call; nothing here waits.
+CREATE FUNCTION lonnymq_apply_marks_v1(p_queue text, p_tolerance_ms bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_ids bigint[];
+    v_ats bigint[];
+BEGIN
+    WITH marks AS (
+        SELECT w.id, w.channel_id, w.dequeue_at
+          FROM lonnymq_wake w
+          JOIN lonnymq_channel c ON c.id = w.channel_id
+         WHERE w.queue = p_queue
+         ORDER BY w.dequeue_at
+         LIMIT 10000
+           FOR UPDATE OF w SKIP LOCKED
+           FOR NO KEY UPDATE OF c SKIP LOCKED
+    ), gone AS (
+        DELETE FROM lonnymq_wake w WHERE w.id IN (SELECT m.id FROM marks m)
+        RETURNING w.channel_id, w.dequeue_at
+    )
+    SELECT array_agg(g.channel_id ORDER BY g.channel_id), array_agg(g.at ORDER BY g.channel_id)
+      INTO v_ids, v_ats
+      FROM (SELECT channel_id, min(dequeue_at) AS at FROM gone GROUP BY channel_id) g;
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+    UPDATE lonnymq_channel c
+       SET next_dequeue_at = greatest(u.at, c.last_dequeue_at + c.release_interval_ms),
+           turn = nextval('lonnymq_turn_seq') * 100000
+      FROM unnest(v_ids, v_ats) AS u(id, at)
+     WHERE c.id = u.id AND c.id = ANY (v_ids)
+       AND (c.next_dequeue_at IS NULL
+            OR c.next_dequeue_at > greatest(u.at, c.last_dequeue_at + c.release_interval_ms) + p_tolerance_ms);
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- Enqueue
+-- ---------------------------------------------------------------------------------------
+
+CREATE FUNCTION lonnymq_enqueue_v1(
+    p_queue             text,
+    p_channel           text,
+    p_payload           jsonb,
+    p_run_at_ms         bigint  DEFAULT NULL,
+    p_delay_ms          bigint  DEFAULT NULL,
+    p_priority          integer DEFAULT 0,
+    p_dedup_key         text    DEFAULT NULL,
+    p_max_attempts      integer DEFAULT 5,
+    p_priority_step_ms  bigint  DEFAULT 1000,
+    p_tolerance_ms      bigint  DEFAULT 50
+) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now        bigint := lonnymq_now_ms_v1();
+    v_dequeue_at bigint;
+    v_channel_id bigint;
+    v_id         bigint;
+BEGIN
+    IF p_payload IS NULL THEN
+        PERFORM lonnymq_raise_invalid_v1('payload', 'must not be null', NULL);
+    END IF;
+    IF p_max_attempts IS NULL OR p_max_attempts NOT BETWEEN 1 AND 1000 THEN
+        PERFORM lonnymq_raise_invalid_v1('max_attempts', 'must be between 1 and 1000', p_max_attempts::text);
+    END IF;
+    IF p_dedup_key IS NOT NULL AND char_length(p_dedup_key) NOT BETWEEN 1 AND 200 THEN
+        PERFORM lonnymq_raise_invalid_v1('dedup_key', 'must be 1 to 200 characters', quote_literal(p_dedup_key));
+    END IF;
+    v_dequeue_at := lonnymq_dequeue_at_v1(v_now, p_run_at_ms, p_delay_ms, p_priority, p_priority_step_ms);
+    v_channel_id := lonnymq_channel_id_v1(p_queue, p_channel);
+
+    -- "An enqueue into this channel is in flight": dequeuers will not park it meanwhile.
+    PERFORM pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_channel_id));
+
+    IF p_dedup_key IS NOT NULL THEN
+        INSERT INTO lonnymq_dedup (channel_id, dedup_key, message_id)
+        VALUES (v_channel_id, p_dedup_key, nextval('lonnymq_message_id_seq'))
+        ON CONFLICT (channel_id, dedup_key) DO NOTHING
+        RETURNING message_id INTO v_id;
+        IF v_id IS NULL THEN
+            SELECT message_id INTO v_id FROM lonnymq_dedup
+             WHERE channel_id = v_channel_id AND dedup_key = p_dedup_key;
+            IF v_id IS NULL THEN
+                RAISE EXCEPTION 'dedup key % was taken concurrently; retry the transaction', p_dedup_key
+                    USING ERRCODE = '40001';
+            END IF;
+            RETURN v_id;
+        END IF;
+    ELSE
+        v_id := nextval('lonnymq_message_id_seq');
+    END IF;
+
+    INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key)
+    VALUES (v_id, v_channel_id, p_payload, v_dequeue_at, p_priority, p_max_attempts, p_dedup_key);
+
+    PERFORM lonnymq_mark_v1(p_queue, v_channel_id, v_dequeue_at, p_tolerance_ms);
+    RETURN v_id;
+END
+$$;
+
+-- Many messages of one queue, any channels, in one call. Returns the ids in input order (the
+-- existing id where a dedup key repeats, also within the batch). NULL arrays mean "defaults
+-- for every row". Channels are created in name order and locked in id order, and dedup keys
+-- are claimed in (channel, key) order, so concurrent batches never deadlock, whatever their
+-- row order.
+CREATE FUNCTION lonnymq_enqueue_many_v1(
+    p_queue            text,
+    p_channels         text[],
+    p_payloads         jsonb[],
+    p_run_at_ms        bigint[]  DEFAULT NULL,
+    p_delay_ms         bigint[]  DEFAULT NULL,
+    p_priorities       integer[] DEFAULT NULL,
+    p_dedup_keys       text[]    DEFAULT NULL,
+    p_max_attempts     integer[] DEFAULT NULL,
+    p_default_max_attempts integer DEFAULT 5,
+    p_priority_step_ms bigint    DEFAULT 1000,
+    p_tolerance_ms     bigint    DEFAULT 50
+) RETURNS bigint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now            bigint := lonnymq_now_ms_v1();
+    v_n              integer := coalesce(cardinality(p_payloads), 0);
+    v_bad            record;
+    v_channel_ids    bigint[];
+    v_channel_names  text[];
+    v_missing        bigint;
+    v_ids            bigint[];
+    v_row_channels   bigint[];
+    v_inserted_ids   bigint[];
+    v_wake_ids       bigint[];
+    v_wake_ats       bigint[];
+BEGIN
+    IF coalesce(cardinality(p_channels), 0) <> v_n
+       OR (p_run_at_ms IS NOT NULL AND cardinality(p_run_at_ms) <> v_n)
+       OR (p_delay_ms IS NOT NULL AND cardinality(p_delay_ms) <> v_n)
+       OR (p_priorities IS NOT NULL AND cardinality(p_priorities) <> v_n)
+       OR (p_dedup_keys IS NOT NULL AND cardinality(p_dedup_keys) <> v_n)
+       OR (p_max_attempts IS NOT NULL AND cardinality(p_max_attempts) <> v_n) THEN
+        PERFORM lonnymq_raise_invalid_v1('items', 'arrays must all have the same length', v_n::text);
+    END IF;
+    IF v_n = 0 THEN
+        RETURN ARRAY[]::bigint[];
+    END IF;
+    IF p_queue IS NULL OR char_length(p_queue) NOT BETWEEN 1 AND 100 THEN
+        PERFORM lonnymq_check_names_v1(p_queue, 'x');
+    END IF;
+
+    -- One pass finds the first invalid row, if any; the batch is refused as a whole and the
+    -- error names the row (items[i], counted from 0).
+    SELECT u.* INTO v_bad
+      FROM unnest(p_channels, p_payloads,
+                  coalesce(p_run_at_ms, array_fill(NULL::bigint, ARRAY[v_n])),
+                  coalesce(p_delay_ms, array_fill(NULL::bigint, ARRAY[v_n])),
+                  coalesce(p_priorities, array_fill(NULL::integer, ARRAY[v_n])),
+                  coalesce(p_dedup_keys, array_fill(NULL::text, ARRAY[v_n])),
+                  coalesce(p_max_attempts, array_fill(NULL::integer, ARRAY[v_n])))
+           WITH ORDINALITY AS u(channel, payload, run_at, delay, priority, dedup_key, max_attempts, ord)
+     WHERE u.channel IS NULL OR char_length(u.channel) NOT BETWEEN 1 AND 200
+        OR u.payload IS NULL
+        OR coalesce(u.max_attempts, p_default_max_attempts) IS NULL
+        OR coalesce(u.max_attempts, p_default_max_attempts) NOT BETWEEN 1 AND 1000
+        OR (u.dedup_key IS NOT NULL AND char_length(u.dedup_key) NOT BETWEEN 1 AND 200)
+        OR coalesce(u.priority, 0) NOT BETWEEN 0 AND 100
+        OR u.delay < 0
+        OR (u.run_at IS NOT NULL AND u.delay IS NOT NULL)
+        OR (coalesce(u.priority, 0) > 0 AND coalesce(u.run_at, v_now + coalesce(u.delay, 0)) > v_now)
+     ORDER BY u.ord
+     LIMIT 1;
+    IF FOUND THEN
+        IF v_bad.channel IS NULL OR char_length(v_bad.channel) NOT BETWEEN 1 AND 200 THEN
+            PERFORM lonnymq_raise_invalid_v1(format('items[%s].channel', v_bad.ord - 1),
+                'must be 1 to 200 characters', quote_nullable(v_bad.channel));
+        ELSIF v_bad.payload IS NULL THEN
+            PERFORM lonnymq_raise_invalid_v1(format('items[%s].payload', v_bad.ord - 1), 'must not be null', NULL);
+        ELSIF coalesce(v_bad.max_attempts, p_default_max_attempts) IS NULL
+              OR coalesce(v_bad.max_attempts, p_default_max_attempts) NOT BETWEEN 1 AND 1000 THEN
+            PERFORM lonnymq_raise_invalid_v1(format('items[%s].max_attempts', v_bad.ord - 1),
+                'must be between 1 and 1000', coalesce(v_bad.max_attempts, p_default_max_attempts)::text);
+        ELSIF v_bad.dedup_key IS NOT NULL AND char_length(v_bad.dedup_key) NOT BETWEEN 1 AND 200 THEN
+            PERFORM lonnymq_raise_invalid_v1(format('items[%s].dedup_key', v_bad.ord - 1),
+                'must be 1 to 200 characters', quote_literal(v_bad.dedup_key));
+        ELSE
+            -- Priority, delay or run time: the same checks and errors as a single enqueue.
+            PERFORM lonnymq_dequeue_at_v1(v_now, v_bad.run_at, v_bad.delay, coalesce(v_bad.priority, 0),
+                                          p_priority_step_ms);
+        END IF;
+    END IF;
+
+    -- Missing channels in name order, then every channel's shared lock in id order ("an
+    -- enqueue into this channel is in flight"). The lookup is a join: "name = ANY (array)"
+    -- would, in the generic plan, test every channel of the queue against the whole batch.
+    INSERT INTO lonnymq_channel (queue, name)
+    SELECT DISTINCT p_queue, u.name FROM unnest(p_channels) AS u(name)
+     WHERE NOT EXISTS (SELECT 1 FROM lonnymq_channel c WHERE c.queue = p_queue AND c.name = u.name)
+     ORDER BY 2
+    ON CONFLICT (queue, name) DO NOTHING;
+    SELECT array_agg(c.id ORDER BY c.id) FILTER (WHERE c.id IS NOT NULL),
+           array_agg(c.name ORDER BY c.id) FILTER (WHERE c.id IS NOT NULL),
+           count(*) - count(c.id)
+      INTO v_channel_ids, v_channel_names, v_missing
+      FROM (SELECT DISTINCT u.name FROM unnest(p_channels) AS u(name)) u
+      LEFT JOIN lonnymq_channel c ON c.queue = p_queue AND c.name = u.name;
+    IF v_missing > 0 THEN
+        RAISE EXCEPTION 'a channel of queue % was created concurrently; retry the transaction', p_queue
+            USING ERRCODE = '40001';
+    END IF;
+    PERFORM pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(f.id))
+       FROM unnest(v_channel_ids) AS f(id) ORDER BY f.id;
+
+    -- One statement: stage the rows in memory with their ids drawn in input order (the sorted
+    -- subquery), so a batch keeps FIFO within a channel; claim the dedup keys in (channel,
+    -- key) order, the first row of a key in the batch winning; insert the messages whose key
+    -- was claimed or that have none; report each channel's earliest new message for the wake.
+    -- dequeue_at is lonnymq_dequeue_at_v1's rule, inlined (every row is valid by now).
+    WITH rows AS MATERIALIZED (
+        SELECT s.*, nextval('lonnymq_message_id_seq') AS new_id
+          FROM (SELECT u.ord, f.id AS channel_id, u.payload,
+                       coalesce(u.run_at, v_now + coalesce(u.delay, 0))
+                           - coalesce(u.priority, 0)::bigint * p_priority_step_ms AS dequeue_at,
+                       coalesce(u.priority, 0) AS priority, u.dedup_key,
+                       coalesce(u.max_attempts, p_default_max_attempts) AS max_attempts
+                  FROM unnest(p_channels, p_payloads,
+                              coalesce(p_run_at_ms, array_fill(NULL::bigint, ARRAY[v_n])),
+                              coalesce(p_delay_ms, array_fill(NULL::bigint, ARRAY[v_n])),
+                              coalesce(p_priorities, array_fill(NULL::integer, ARRAY[v_n])),
+                              coalesce(p_dedup_keys, array_fill(NULL::text, ARRAY[v_n])),
+                              coalesce(p_max_attempts, array_fill(NULL::integer, ARRAY[v_n])))
+                       WITH ORDINALITY AS u(channel, payload, run_at, delay, priority, dedup_key, max_attempts, ord)
+                  JOIN unnest(v_channel_ids, v_channel_names) AS f(id, name) ON f.name = u.channel
+                 ORDER BY u.ord) s
+    ), claimed AS (
+        INSERT INTO lonnymq_dedup (channel_id, dedup_key, message_id)
+        SELECT DISTINCT ON (r.channel_id, r.dedup_key) r.channel_id, r.dedup_key, r.new_id
+          FROM rows r
+         WHERE r.dedup_key IS NOT NULL
+         ORDER BY r.channel_id, r.dedup_key, r.ord
+        ON CONFLICT (channel_id, dedup_key) DO NOTHING
+        RETURNING message_id
+    ), inserted AS (
+        INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key)
+        SELECT r.new_id, r.channel_id, r.payload, r.dequeue_at, r.priority, r.max_attempts, r.dedup_key
+          FROM rows r
+         WHERE r.dedup_key IS NULL OR r.new_id IN (SELECT c.message_id FROM claimed c)
+        RETURNING id, channel_id, dequeue_at
+    ), woken AS (
+        SELECT i.channel_id, min(i.dequeue_at) AS at FROM inserted i GROUP BY i.channel_id
+    )
+    SELECT (SELECT array_agg(r.new_id ORDER BY r.ord) FROM rows r),
+           (SELECT array_agg(r.channel_id ORDER BY r.ord) FROM rows r),
+           (SELECT array_agg(i.id) FROM inserted i),
+           (SELECT array_agg(w.channel_id ORDER BY w.channel_id) FROM woken w),
+           (SELECT array_agg(w.at ORDER BY w.channel_id) FROM woken w)
+      INTO v_ids, v_row_channels, v_inserted_ids, v_wake_ids, v_wake_ats;
+
+    -- Rows whose key was already taken (earlier, by a concurrent batch, or by an earlier row
+    -- of this one) get the existing id: one index probe each, in a new statement that sees
+    -- the commits ON CONFLICT waited for.
+    IF coalesce(cardinality(v_inserted_ids), 0) < v_n THEN
+        SELECT array_agg(CASE WHEN i.id IS NOT NULL OR x.dedup_key IS NULL THEN x.id
+                              ELSE coalesce((SELECT d.message_id FROM lonnymq_dedup d
+                                              WHERE d.channel_id = x.channel_id
+                                                AND d.dedup_key = x.dedup_key), x.id)
+                         END ORDER BY x.ord)
+          INTO v_ids
+          FROM unnest(v_ids, v_row_channels, p_dedup_keys) WITH ORDINALITY AS x(id, channel_id, dedup_key, ord)
+          LEFT JOIN unnest(v_inserted_ids) AS i(id) ON i.id = x.id;
+    END IF;
+
+    IF v_wake_ids IS NOT NULL THEN
+        PERFORM lonnymq_mark_many_v1(p_queue, v_wake_ids, v_wake_ats, p_tolerance_ms);
+    END IF;
+    RETURN v_ids;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- Dequeue
+-- ---------------------------------------------------------------------------------------
+
+-- Lease up to p_batch_size messages of one queue, round robin across its channels.
+-- Picks up to p_batch_size eligible channels (SKIP LOCKED), splits the batch fairly across
+-- them (capped by free concurrency slots; a rate-limited channel releases one), leases each
+-- picked channel's first ready messages, and moves every picked channel to its next turn.
+-- Rows come back in round-robin order: first message of each channel in pick order, then
+-- the second, and so on.
+CREATE FUNCTION lonnymq_dequeue_v1(
+    p_queue        text,
+    p_batch_size   integer DEFAULT 1,
+    p_lease_ms     bigint  DEFAULT 30000,
+    p_worker       text    DEFAULT NULL,
+    p_tolerance_ms bigint  DEFAULT 50,
+    p_recheck_ms   bigint  DEFAULT 100
+) RETURNS TABLE (
+    id bigint, channel text, payload jsonb, attempts integer, max_attempts integer,
+    priority smallint, dedup_key text, enqueued_at timestamptz, lease_token uuid, lease_until bigint
+)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now         bigint;
+    v_token       uuid := gen_random_uuid();
+    v_turn_base   bigint;
+    v_ch_ids      bigint[];
+    v_ch_names    text[];
+    v_quotas      integer[];
+    v_limited     bigint[];
+    v_n           integer;
+    v_share       integer;
+    v_msg_ids     bigint[];
+    v_next_ids    bigint[];
+    v_next_at     bigint[];
+    v_next_last   bigint[];
+    v_next_leased integer[];
+    v_msg_ords    bigint[];
+    v_lock_timeout text;
+    v_intervals   bigint[];
+    i             integer;
+    v_head        bigint;
+    v_floor       bigint;
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'dequeue needs READ COMMITTED, the session runs %', current_setting('transaction_isolation')
+            USING ERRCODE = 'LQ006';
+    END IF;
+    IF p_batch_size IS NULL OR p_batch_size NOT BETWEEN 1 AND 10000 THEN
+        PERFORM lonnymq_raise_invalid_v1('batch_size', 'must be between 1 and 10000', p_batch_size::text);
+    END IF;
+    IF p_lease_ms IS NULL OR p_lease_ms < 1 THEN
+        PERFORM lonnymq_raise_invalid_v1('lease', 'must be positive', p_lease_ms::text);
+    END IF;
+    v_now := lonnymq_now_ms_v1();
+
+    -- 1. Pick channels whose turn has come, in round-robin order; skip those another
+    --    dequeuer holds. NO KEY UPDATE does not conflict with the KEY SHARE locks that
+    --    producers' foreign-key checks hold on the channel row.
+    --    SKIP LOCKED does not apply where PostgreSQL follows a channel row's update chain
+    --    ("while locking updated version of tuple"): two dequeuers can then wait on each
+    --    other until deadlock_timeout (1 s) kills one. A short lock timeout turns that into
+    --    an empty batch after 20 ms; the worker simply asks again.
+    v_lock_timeout := current_setting('lock_timeout');
+    PERFORM set_config('lock_timeout', '20ms', true);
+    BEGIN
+        -- 0. Producers' committed wake-up marks lower their channels' next turn first.
+        IF EXISTS (SELECT 1 FROM lonnymq_wake w WHERE w.queue = p_queue) THEN
+            PERFORM lonnymq_apply_marks_v1(p_queue, p_tolerance_ms);
+        END IF;
+        SELECT array_agg(p.id ORDER BY p.next_dequeue_at, p.turn),
+               array_agg(p.name ORDER BY p.next_dequeue_at, p.turn),
+               array_agg(p.room ORDER BY p.next_dequeue_at, p.turn),
+               array_agg(p.id) FILTER (WHERE p.max_concurrency IS NOT NULL)
+          INTO v_ch_ids, v_ch_names, v_quotas, v_limited
+          FROM (
+            SELECT c.id, c.name, c.next_dequeue_at, c.turn, c.max_concurrency,
+                   CASE WHEN c.release_interval_ms > 0 THEN 1
+                        WHEN c.max_concurrency IS NOT NULL THEN c.max_concurrency - c.in_flight
+                        ELSE p_batch_size END AS room
+              FROM lonnymq_channel c
+             WHERE c.queue = p_queue
+               AND c.next_dequeue_at <= v_now
+               AND c.next_dequeue_at IS NOT NULL
+               AND NOT c.paused
+               AND (c.max_concurrency IS NULL OR c.in_flight < c.max_concurrency)
+             ORDER BY c.next_dequeue_at, c.turn
+             LIMIT p_batch_size
+               FOR NO KEY UPDATE OF c SKIP LOCKED
+          ) p;
+    EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+        PERFORM set_config('lock_timeout', v_lock_timeout, true);
+        RETURN;
+    END;
+    PERFORM set_config('lock_timeout', v_lock_timeout, true);
+    v_n := coalesce(cardinality(v_ch_ids), 0);
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+    v_share := ceil(p_batch_size::numeric / v_n)::integer;
+
+    -- 2. Candidate messages: each picked channel's first ready ones, then cut the batch in
+    --    round-robin order (rank within channel, then pick order).
+    SELECT array_agg(x.id ORDER BY x.rank, x.ord), array_agg(x.ord ORDER BY x.rank, x.ord)
+      INTO v_msg_ids, v_msg_ords
+      FROM (
+        SELECT m.id, m.rank, p.ord
+          FROM unnest(v_ch_ids, v_quotas) WITH ORDINALITY AS p(channel_id, room, ord)
+          CROSS JOIN LATERAL (
+              SELECT q.id, row_number() OVER (ORDER BY q.dequeue_at, q.id) AS rank
+                FROM (SELECT mm.id, mm.dequeue_at
+                        FROM lonnymq_message mm
+                       WHERE mm.channel_id = p.channel_id
+                         AND mm.lease_until IS NULL
+                         AND mm.dequeue_at <= v_now
+                       ORDER BY mm.dequeue_at, mm.id
+                       LIMIT least(p.room, v_share)
+                         FOR UPDATE OF mm SKIP LOCKED) q
+          ) m
+         ORDER BY m.rank, p.ord
+         LIMIT p_batch_size
+      ) x;
+
+    -- 3. Lease them (matched by id array: a join here is planned as a full scan).
+    IF v_msg_ids IS NOT NULL THEN
+        UPDATE lonnymq_message m
+           SET lease_until = v_now + p_lease_ms,
+               lease_token = v_token,
+               leased_by = p_worker,
+               attempts = m.attempts + 1,
+               slot_taken = (v_limited IS NOT NULL AND m.channel_id = ANY (v_limited))
+         WHERE m.id = ANY (v_msg_ids);
+    END IF;
+
+    -- 4. Each picked channel's next turn: its next ready message, no earlier than now plus
+    --    its release interval when it released something.
+    --    Leased per channel comes from step 2's pick ordinals: probing the message table
+    --    with the id array once per channel cost 100 x 100 index probes per call.
+    SELECT array_agg(p.channel_id ORDER BY p.ord),
+           array_agg(h.dequeue_at ORDER BY p.ord),
+           array_agg(c.last_dequeue_at + c.release_interval_ms ORDER BY p.ord),
+           array_agg(coalesce(cardinality(array_positions(v_msg_ords, p.ord)), 0) ORDER BY p.ord),
+           array_agg(c.release_interval_ms ORDER BY p.ord)
+      INTO v_next_ids, v_next_at, v_next_last, v_next_leased, v_intervals
+      FROM unnest(v_ch_ids) WITH ORDINALITY AS p(channel_id, ord)
+      -- "= ANY" gives the planner an index path (a plain join to unnest() is planned as a
+      -- hash join over a sequential scan of every channel).
+      JOIN lonnymq_channel c ON c.id = p.channel_id AND c.id = ANY (v_ch_ids)
+      LEFT JOIN LATERAL (
+          SELECT mm.dequeue_at FROM lonnymq_message mm
+           WHERE mm.channel_id = p.channel_id AND mm.lease_until IS NULL
+           ORDER BY mm.dequeue_at, mm.id LIMIT 1
+      ) h ON true;
+
+    FOR i IN 1 .. v_n LOOP
+        IF v_next_leased[i] > 0 THEN
+            v_floor := v_now + v_intervals[i];
+        ELSE
+            v_floor := greatest(v_now, coalesce(v_next_last[i], v_now));
+        END IF;
+        v_head := v_next_at[i];
+        IF v_head IS NULL OR greatest(v_head, v_floor) > v_floor + p_tolerance_ms THEN
+            -- Parking the channel, or moving it far ahead: only when no enqueue into it is
+            -- in flight, and only after a second look with a snapshot taken after the lock.
+            IF pg_try_advisory_xact_lock(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_next_ids[i])) THEN
+                SELECT mm.dequeue_at INTO v_head FROM lonnymq_message mm
+                 WHERE mm.channel_id = v_next_ids[i] AND mm.lease_until IS NULL
+                 ORDER BY mm.dequeue_at, mm.id LIMIT 1;
+                IF NOT FOUND THEN
+                    v_head := NULL;
+                END IF;
+                v_next_at[i] := CASE WHEN v_head IS NULL THEN NULL ELSE greatest(v_head, v_floor) END;
+            ELSE
+                v_next_at[i] := least(coalesce(greatest(v_head, v_floor), v_now + p_recheck_ms), v_now + p_recheck_ms);
+            END IF;
+        ELSE
+            v_next_at[i] := greatest(v_head, v_floor);
+        END IF;
+    END LOOP;
+
+    v_turn_base := nextval('lonnymq_turn_seq') * 100000;
+    UPDATE lonnymq_channel c
+       SET next_dequeue_at = u.next_at,
+           turn = v_turn_base + u.ord,
+           last_dequeue_at = CASE WHEN u.leased > 0 THEN v_now ELSE c.last_dequeue_at END,
+           released_total = c.released_total + u.leased,
+           in_flight = c.in_flight + CASE WHEN c.max_concurrency IS NOT NULL THEN u.leased ELSE 0 END
+      FROM unnest(v_next_ids, v_next_at, v_next_leased) WITH ORDINALITY AS u(channel_id, next_at, leased, ord)
+     WHERE c.id = u.channel_id AND c.id = ANY (v_next_ids);
+
+    IF v_msg_ids IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+        SELECT m.id, ch.name, m.payload, m.attempts, m.max_attempts, m.priority, m.dedup_key,
+               m.enqueued_at, m.lease_token, m.lease_until
+          FROM unnest(v_msg_ids) WITH ORDINALITY AS o(id, pos)
+          JOIN lonnymq_message m ON m.id = o.id
+          JOIN lonnymq_channel ch ON ch.id = m.channel_id
+         ORDER BY o.pos;
+END
+$$;
+
+-- The earliest time any eligible channel of these queues may release (NULL: none queued).
+-- Idle workers sleep until then, or until a notification wakes them.
+CREATE FUNCTION lonnymq_next_due_v1(p_queues text[]) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT min(x.at) FROM unnest(p_queues) AS q(name)
+    CROSS JOIN LATERAL (
+        (SELECT c.next_dequeue_at AS at FROM lonnymq_channel c
+          WHERE c.queue = q.name
+            AND c.next_dequeue_at IS NOT NULL
+            AND NOT c.paused
+            AND (c.max_concurrency IS NULL OR c.in_flight < c.max_concurrency)
+          ORDER BY c.next_dequeue_at LIMIT 1)
+        UNION ALL
+        -- A producer's committed mark: the next dequeue applies it.
+        (SELECT w.dequeue_at FROM lonnymq_wake w WHERE w.queue = q.name ORDER BY w.dequeue_at LIMIT 1)
+    ) x
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- Giving leases back: ack, fail, retry, release, reap
+-- ---------------------------------------------------------------------------------------
+
+-- Give back the concurrency slots of leases that took one, locking channels in id order.
+-- Notifies when a channel at its cap gets room again.
+CREATE FUNCTION lonnymq_give_back_slots_v1(p_channel_ids bigint[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_row    record;
+    v_queue  text;
+    v_reopen boolean;
+BEGIN
+    FOR v_row IN
+        SELECT u.channel_id, count(*)::integer AS n FROM unnest(p_channel_ids) AS u(channel_id)
+         GROUP BY u.channel_id ORDER BY u.channel_id
+    LOOP
+        UPDATE lonnymq_channel c SET in_flight = greatest(c.in_flight - v_row.n, 0)
+         WHERE c.id = v_row.channel_id
+        RETURNING c.queue,
+                  c.max_concurrency IS NOT NULL AND c.in_flight + v_row.n >= c.max_concurrency
+                  AND c.next_dequeue_at IS NOT NULL AND NOT c.paused
+             INTO v_queue, v_reopen;
+        IF v_reopen THEN
+            PERFORM pg_notify('lonnymq_wakeup', v_queue);
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- Acknowledge processed messages: delete them. Returns the ids acked; an id missing from the
+-- result had a stale token (its lease expired and was taken over) or no longer exists.
+CREATE FUNCTION lonnymq_ack_v1(p_ids bigint[], p_tokens uuid[]) RETURNS bigint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_acked bigint[];
+    v_slots bigint[];
+BEGIN
+    IF coalesce(cardinality(p_ids), 0) <> coalesce(cardinality(p_tokens), 0) THEN
+        PERFORM lonnymq_raise_invalid_v1('tokens', 'must have one token per id', cardinality(p_tokens)::text);
+    END IF;
+    WITH gone AS (
+        DELETE FROM lonnymq_message m
+         WHERE m.id = ANY (p_ids)
+           AND (m.id, m.lease_token) IN (SELECT u.id, u.token FROM unnest(p_ids, p_tokens) AS u(id, token))
+        RETURNING m.id, m.channel_id, m.slot_taken
+    )
+    SELECT coalesce(array_agg(g.id), ARRAY[]::bigint[]), array_agg(g.channel_id) FILTER (WHERE g.slot_taken)
+      INTO v_acked, v_slots FROM gone g;
+    IF v_slots IS NOT NULL THEN
+        PERFORM lonnymq_give_back_slots_v1(v_slots);
+    END IF;
+    RETURN v_acked;
+END
+$$;
+
+-- Extend leases (heartbeat). Returns the ids extended; a missing id lost its lease.
+CREATE FUNCTION lonnymq_extend_v1(p_ids bigint[], p_tokens uuid[], p_lease_ms bigint) RETURNS bigint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_ids bigint[];
+BEGIN
+    IF p_lease_ms IS NULL OR p_lease_ms < 1 THEN
+        PERFORM lonnymq_raise_invalid_v1('lease', 'must be positive', p_lease_ms::text);
+    END IF;
+    IF coalesce(cardinality(p_ids), 0) <> coalesce(cardinality(p_tokens), 0) THEN
+        PERFORM lonnymq_raise_invalid_v1('tokens', 'must have one token per id', cardinality(p_tokens)::text);
+    END IF;
+    WITH ext AS (
+        UPDATE lonnymq_message m SET lease_until = lonnymq_now_ms_v1() + p_lease_ms
+         WHERE m.id = ANY (p_ids)
+           AND (m.id, m.lease_token) IN (SELECT u.id, u.token FROM unnest(p_ids, p_tokens) AS u(id, token))
+        RETURNING m.id
+    )
+    SELECT coalesce(array_agg(ext.id), ARRAY[]::bigint[]) INTO v_ids FROM ext;
+    RETURN v_ids;
+END
+$$;
+
+-- Move locked, leased messages to the dead-letter table and give their slots back.
+CREATE FUNCTION lonnymq_bury_v1(p_ids bigint[], p_reason text, p_error text) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_slots bigint[];
+    v_n integer;
+BEGIN
+    WITH gone AS (
+        DELETE FROM lonnymq_message m WHERE m.id = ANY (p_ids)
+        RETURNING m.*
+    ), dead AS (
+        INSERT INTO lonnymq_dead_message (id, channel_id, queue, channel, payload, priority, attempts,
+                                          max_attempts, dedup_key, enqueued_at, reason, last_error)
+        SELECT g.id, g.channel_id, c.queue, c.name, g.payload, g.priority, g.attempts, g.max_attempts,
+               g.dedup_key, g.enqueued_at, p_reason, coalesce(p_error, g.last_error)
+          FROM gone g JOIN lonnymq_channel c ON c.id = g.channel_id
+        RETURNING 1
+    )
+    SELECT array_agg(g.channel_id) FILTER (WHERE g.slot_taken), (SELECT count(*) FROM dead)
+      INTO v_slots, v_n FROM gone g;
+    IF v_slots IS NOT NULL THEN
+        PERFORM lonnymq_give_back_slots_v1(v_slots);
+    END IF;
+    RETURN coalesce(v_n, 0);
+END
+$$;
+
+-- Put locked, leased messages back as ready at their new dequeue_at, give their slots back
+-- and wake their channels (taking each channel's shared advisory lock, like an enqueue).
+CREATE FUNCTION lonnymq_unlease_v1(
+    p_ids bigint[], p_dequeue_ats bigint[], p_error text, p_uncount boolean, p_tolerance_ms bigint
+) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_slots bigint[];
+    v_ch    record;
+BEGIN
+    -- Lock every channel row this call may touch, in id order, before touching any: giving
+    -- slots back and waking channels must not take them in two different orders.
+    PERFORM 1 FROM lonnymq_channel c
+      WHERE c.id IN (SELECT m.channel_id FROM lonnymq_message m WHERE m.id = ANY (p_ids))
+      ORDER BY c.id FOR NO KEY UPDATE;
+    SELECT array_agg(m.channel_id) FILTER (WHERE m.slot_taken) INTO v_slots
+      FROM lonnymq_message m WHERE m.id = ANY (p_ids);
+    UPDATE lonnymq_message m
+       SET lease_until = NULL, lease_token = NULL, leased_by = NULL, slot_taken = false,
+           dequeue_at = u.dequeue_at,
+           attempts = CASE WHEN p_uncount THEN greatest(m.attempts - 1, 0) ELSE m.attempts END,
+           last_error = coalesce(p_error, m.last_error)
+      FROM unnest(p_ids, p_dequeue_ats) AS u(id, dequeue_at)
+     WHERE m.id = u.id;
+    IF v_slots IS NOT NULL THEN
+        PERFORM lonnymq_give_back_slots_v1(v_slots);
+    END IF;
+    FOR v_ch IN
+        SELECT m.channel_id, min(m.dequeue_at) AS dequeue_at, min(c.queue) AS queue
+          FROM lonnymq_message m JOIN lonnymq_channel c ON c.id = m.channel_id
+         WHERE m.id = ANY (p_ids)
+         GROUP BY m.channel_id ORDER BY m.channel_id
+    LOOP
+        PERFORM pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_ch.channel_id));
+        IF lonnymq_wake_v1(v_ch.channel_id, v_ch.dequeue_at, p_tolerance_ms) THEN
+            PERFORM pg_notify('lonnymq_wakeup', v_ch.queue);
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- A handler failed (or asked for a retry, or to discard the message). Retries with
+-- exponential backoff and jitter, or after p_retry_delay_ms when given; dead-letters the
+-- message when it is discarded or its attempts are used up. Returns 'retry' or 'dead'.
+CREATE FUNCTION lonnymq_fail_v1(
+    p_id               bigint,
+    p_token            uuid,
+    p_error            text    DEFAULT NULL,
+    p_retry_delay_ms   bigint  DEFAULT NULL,
+    p_discard          boolean DEFAULT false,
+    p_backoff_base_ms  bigint  DEFAULT 1000,
+    p_backoff_max_ms   bigint  DEFAULT 3600000,
+    p_tolerance_ms     bigint  DEFAULT 50
+) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_msg   record;
+    v_delay bigint;
+BEGIN
+    IF p_retry_delay_ms IS NOT NULL AND p_retry_delay_ms < 0 THEN
+        PERFORM lonnymq_raise_invalid_v1('retry_delay', 'must not be negative', p_retry_delay_ms::text);
+    END IF;
+    SELECT m.id, m.attempts, m.max_attempts, m.lease_token INTO v_msg
+      FROM lonnymq_message m WHERE m.id = p_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'message % does not exist (acked, cancelled or dead)', p_id
+            USING ERRCODE = 'LQ004';
+    END IF;
+    IF v_msg.lease_token IS DISTINCT FROM p_token THEN
+        RAISE EXCEPTION 'lease on message % is stale: it expired and the message was released again', p_id
+            USING ERRCODE = 'LQ003';
+    END IF;
+    IF p_discard OR v_msg.attempts >= v_msg.max_attempts THEN
+        PERFORM lonnymq_bury_v1(ARRAY[p_id], CASE WHEN p_discard THEN 'discarded' ELSE 'failed' END, p_error);
+        RETURN 'dead';
+    END IF;
+    IF p_retry_delay_ms IS NOT NULL THEN
+        v_delay := p_retry_delay_ms;
+    ELSE
+        -- Equal jitter: half the exponential step for sure, the other half at random.
+        v_delay := least(p_backoff_max_ms,
+                         p_backoff_base_ms * power(2, least(v_msg.attempts - 1, 40))::bigint);
+        v_delay := v_delay / 2 + (random() * (v_delay / 2))::bigint;
+    END IF;
+    PERFORM lonnymq_unlease_v1(ARRAY[p_id], ARRAY[lonnymq_now_ms_v1() + v_delay], p_error, false, p_tolerance_ms);
+    RETURN 'retry';
+END
+$$;
+
+-- Give leased messages back without counting the attempt (a worker shutting down before it
+-- started them). Returns the ids released.
+CREATE FUNCTION lonnymq_release_v1(p_ids bigint[], p_tokens uuid[], p_tolerance_ms bigint DEFAULT 50)
+RETURNS bigint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_ids bigint[];
+    v_ats bigint[];
+BEGIN
+    SELECT array_agg(m.id ORDER BY m.id), array_agg(m.dequeue_at ORDER BY m.id) INTO v_ids, v_ats
+      FROM (SELECT mm.id, mm.dequeue_at FROM lonnymq_message mm
+             WHERE mm.id = ANY (p_ids)
+               AND (mm.id, mm.lease_token) IN (SELECT u.id, u.token FROM unnest(p_ids, p_tokens) AS u(id, token))
+             ORDER BY mm.id FOR UPDATE) m;
+    IF v_ids IS NULL THEN
+        RETURN ARRAY[]::bigint[];
+    END IF;
+    PERFORM lonnymq_unlease_v1(v_ids, v_ats, NULL, true, p_tolerance_ms);
+    RETURN v_ids;
+END
+$$;
+
+-- Recover messages whose lease expired (their worker died or stalled): they become ready
+-- again at their old position, or dead when their attempts are used up, and their
+-- concurrency slots come back. Bounded per call, never waits on a lock. Also prunes dedup
+-- keys older than p_dedup_window_ms. Returns the number of messages recovered.
+CREATE FUNCTION lonnymq_reap_v1(
+    p_limit            integer DEFAULT 500,
+    p_dedup_window_ms  bigint  DEFAULT 86400000,
+    p_tolerance_ms     bigint  DEFAULT 50
+) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now      bigint := lonnymq_now_ms_v1();
+    v_channels bigint[];
+    v_dead     bigint[];
+    v_back     bigint[];
+    v_back_at  bigint[];
+BEGIN
+    -- Expired leases of channels we can lock now without waiting.
+    WITH expired AS (
+        SELECT m.id, m.channel_id, m.attempts, m.max_attempts, m.dequeue_at
+          FROM lonnymq_message m
+         WHERE m.lease_until < v_now
+         ORDER BY m.lease_until
+         LIMIT p_limit
+           FOR UPDATE OF m SKIP LOCKED
+    ), lockable AS (
+        SELECT c.id FROM lonnymq_channel c
+         WHERE c.id IN (SELECT e.channel_id FROM expired e)
+         ORDER BY c.id
+           FOR NO KEY UPDATE OF c SKIP LOCKED
+    )
+    SELECT array_agg(e.id ORDER BY e.id) FILTER (WHERE e.attempts >= e.max_attempts),
+           array_agg(e.id ORDER BY e.id) FILTER (WHERE e.attempts < e.max_attempts),
+           array_agg(e.dequeue_at ORDER BY e.id) FILTER (WHERE e.attempts < e.max_attempts)
+      INTO v_dead, v_back, v_back_at
+      FROM expired e
+     WHERE e.channel_id IN (SELECT l.id FROM lockable l WHERE
+               pg_try_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(l.id)));
+
+    IF v_dead IS NOT NULL THEN
+        PERFORM lonnymq_bury_v1(v_dead, 'lease_expired', 'lease expired with no attempts left');
+    END IF;
+    IF v_back IS NOT NULL THEN
+        PERFORM lonnymq_unlease_v1(v_back, v_back_at, 'lease expired', false, p_tolerance_ms);
+    END IF;
+
+    IF p_dedup_window_ms IS NOT NULL THEN
+        DELETE FROM lonnymq_dedup d
+         WHERE (d.channel_id, d.dedup_key) IN (
+             SELECT dd.channel_id, dd.dedup_key FROM lonnymq_dedup dd
+              WHERE dd.created_at < clock_timestamp() - make_interval(secs => p_dedup_window_ms / 1000.0)
+              LIMIT p_limit * 20 FOR UPDATE SKIP LOCKED);
+    END IF;
+    RETURN coalesce(cardinality(v_dead), 0) + coalesce(cardinality(v_back), 0);
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- Operations: requeue dead messages, cancel, run now, purge, configure or delete a channel
+-- ---------------------------------------------------------------------------------------
+
+-- Move dead messages back into their channel (recreated if it was deleted), ready now.
+-- Returns the ids requeued (a message keeps its id).
+CREATE FUNCTION lonnymq_requeue_dead_v1(
+    p_ids bigint[], p_reset_attempts boolean DEFAULT true, p_tolerance_ms bigint DEFAULT 50
+) RETURNS bigint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now bigint := lonnymq_now_ms_v1();
+    v_row record;
+    v_ids bigint[] := ARRAY[]::bigint[];
+    v_channel_id bigint;
+BEGIN
+    -- Channels first (created in name order if missing, then locked in id order), so
+    -- requeues and enqueues over several channels take channel locks in one order.
+    PERFORM lonnymq_channel_id_v1(x.queue, x.channel) FROM (
+        SELECT DISTINCT d.queue, d.channel FROM lonnymq_dead_message d
+         WHERE d.id = ANY (p_ids) ORDER BY d.queue, d.channel) x;
+    PERFORM 1 FROM lonnymq_channel c
+      JOIN (SELECT DISTINCT d.queue, d.channel FROM lonnymq_dead_message d WHERE d.id = ANY (p_ids)) x
+        ON c.queue = x.queue AND c.name = x.channel
+     ORDER BY c.id FOR NO KEY UPDATE OF c;
+    FOR v_row IN
+        SELECT d.* FROM lonnymq_dead_message d WHERE d.id = ANY (p_ids) ORDER BY d.id FOR UPDATE
+    LOOP
+        v_channel_id := lonnymq_channel_id_v1(v_row.queue, v_row.channel);
+        PERFORM pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_channel_id));
+        INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, attempts,
+                                     max_attempts, dedup_key, enqueued_at, last_error)
+        VALUES (v_row.id, v_channel_id, v_row.payload, v_now, v_row.priority,
+                CASE WHEN p_reset_attempts THEN 0 ELSE v_row.attempts END,
+                CASE WHEN p_reset_attempts THEN v_row.max_attempts
+                     ELSE greatest(v_row.max_attempts, v_row.attempts + 1) END,
+                v_row.dedup_key, v_row.enqueued_at, v_row.last_error);
+        DELETE FROM lonnymq_dead_message d WHERE d.id = v_row.id;
+        IF lonnymq_wake_v1(v_channel_id, v_now, p_tolerance_ms) THEN
+            PERFORM pg_notify('lonnymq_wakeup', v_row.queue);
+        END IF;
+        v_ids := v_ids || v_row.id;
+    END LOOP;
+    RETURN v_ids;
+END
+$$;
+
+-- Delete messages that are not in flight (and free their dedup keys). Returns the ids
+-- cancelled; an in-flight message is left alone (its worker will ack or fail it).
+CREATE FUNCTION lonnymq_cancel_v1(p_ids bigint[]) RETURNS bigint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_ids bigint[];
+BEGIN
+    WITH gone AS (
+        DELETE FROM lonnymq_message m
+         WHERE m.id = ANY (p_ids) AND m.lease_token IS NULL
+        RETURNING m.id, m.channel_id, m.dedup_key
+    ), freed AS (
+        DELETE FROM lonnymq_dedup d USING gone g
+         WHERE d.channel_id = g.channel_id AND d.dedup_key = g.dedup_key AND d.message_id = g.id
+    )
+    SELECT coalesce(array_agg(g.id ORDER BY g.id), ARRAY[]::bigint[]) INTO v_ids FROM gone g;
+    RETURN v_ids;
+END
+$$;
+
+-- Make waiting (scheduled or backed-off) messages ready now. Returns the ids moved.
+CREATE FUNCTION lonnymq_run_now_v1(p_ids bigint[], p_tolerance_ms bigint DEFAULT 50) RETURNS bigint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now bigint := lonnymq_now_ms_v1();
+    v_ids bigint[];
+    v_ch  record;
+BEGIN
+    FOR v_ch IN
+        SELECT DISTINCT m.channel_id, c.queue FROM lonnymq_message m
+          JOIN lonnymq_channel c ON c.id = m.channel_id
+         WHERE m.id = ANY (p_ids) AND m.lease_token IS NULL ORDER BY m.channel_id
+    LOOP
+        PERFORM pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_ch.channel_id));
+    END LOOP;
+    WITH moved AS (
+        UPDATE lonnymq_message m SET dequeue_at = v_now
+         WHERE m.id = ANY (p_ids) AND m.lease_token IS NULL AND m.dequeue_at > v_now
+        RETURNING m.id
+    )
+    SELECT coalesce(array_agg(moved.id ORDER BY moved.id), ARRAY[]::bigint[]) INTO v_ids FROM moved;
+    FOR v_ch IN
+        SELECT DISTINCT m.channel_id, c.queue FROM lonnymq_message m
+          JOIN lonnymq_channel c ON c.id = m.channel_id
+         WHERE m.id = ANY (v_ids) ORDER BY m.channel_id
+    LOOP
+        IF lonnymq_wake_v1(v_ch.channel_id, v_now, p_tolerance_ms) THEN
+            PERFORM pg_notify('lonnymq_wakeup', v_ch.queue);
+        END IF;
+    END LOOP;
+    RETURN v_ids;
+END
+$$;
+
+-- Delete every message of a channel that is not in flight (and free their dedup keys).
+-- Returns how many.
+CREATE FUNCTION lonnymq_purge_channel_v1(p_channel_id bigint) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n integer;
+BEGIN
+    WITH gone AS (
+        DELETE FROM lonnymq_message m WHERE m.channel_id = p_channel_id AND m.lease_token IS NULL
+        RETURNING m.id, m.dedup_key
+    ), freed AS (
+        DELETE FROM lonnymq_dedup d USING gone g
+         WHERE d.channel_id = p_channel_id AND d.dedup_key = g.dedup_key AND d.message_id = g.id
+    )
+    SELECT count(*) INTO v_n FROM gone;
+    RETURN v_n;
+END
+$$;
+
+-- Create or change a channel's limits. NULL p_max_concurrency means unlimited.
+-- Setting a limit on a channel that had none starts counting the leases already running, so
+-- the limit holds at once. Their message rows are claimed with SKIP LOCKED after the channel
+-- row is locked: a message locked right now is being acked, failed or reaped, i.e. leaving
+-- flight, and waiting on it could deadlock with an ack (message row, then channel row).
+CREATE FUNCTION lonnymq_configure_channel_v1(
+    p_queue text, p_channel text, p_max_concurrency integer, p_release_interval_ms bigint,
+    p_paused boolean DEFAULT false
+) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_id      bigint;
+    v_head    bigint;
+    v_old     lonnymq_channel%ROWTYPE;
+    v_counted integer := 0;
+BEGIN
+    IF p_max_concurrency IS NOT NULL AND p_max_concurrency < 1 THEN
+        PERFORM lonnymq_raise_invalid_v1('max_concurrency', 'must be positive or null (unlimited)', p_max_concurrency::text);
+    END IF;
+    IF p_release_interval_ms IS NULL OR p_release_interval_ms < 0 THEN
+        PERFORM lonnymq_raise_invalid_v1('release_interval_ms', 'must not be negative', p_release_interval_ms::text);
+    END IF;
+    v_id := lonnymq_channel_id_v1(p_queue, p_channel);
+    SELECT * INTO v_old FROM lonnymq_channel c WHERE c.id = v_id FOR NO KEY UPDATE;
+    IF v_old.max_concurrency IS NULL AND p_max_concurrency IS NOT NULL THEN
+        WITH claimed AS (
+            UPDATE lonnymq_message m SET slot_taken = true
+             WHERE m.id IN (SELECT mm.id FROM lonnymq_message mm
+                             WHERE mm.lease_until IS NOT NULL AND mm.channel_id = v_id AND NOT mm.slot_taken
+                               FOR UPDATE SKIP LOCKED)
+            RETURNING 1
+        )
+        SELECT count(*) INTO v_counted FROM claimed;
+    END IF;
+    SELECT mm.dequeue_at INTO v_head FROM lonnymq_message mm
+     WHERE mm.channel_id = v_id AND mm.lease_until IS NULL ORDER BY mm.dequeue_at, mm.id LIMIT 1;
+    UPDATE lonnymq_channel c
+       SET max_concurrency = p_max_concurrency,
+           release_interval_ms = p_release_interval_ms,
+           paused = coalesce(p_paused, false),
+           in_flight = c.in_flight + v_counted,
+           next_dequeue_at = CASE WHEN v_head IS NULL THEN c.next_dequeue_at
+                                  ELSE least(coalesce(c.next_dequeue_at, v_head),
+                                             greatest(v_head, c.last_dequeue_at + p_release_interval_ms)) END
+     WHERE c.id = v_id;
+    PERFORM pg_notify('lonnymq_wakeup', p_queue);
+    RETURN v_id;
+END
+$$;
+
+-- Delete a channel only while it holds no message and no enqueue into it is in flight.
+-- Returns 'deleted', 'not_empty', 'busy' (a producer or dequeuer holds it: try again) or
+-- 'missing'. Dead messages keep their queue and channel names (requeue recreates the
+-- channel). The foreign-key check of the delete scans lonnymq_message (no index leads with
+-- channel_id for every row); deleting a channel is rare, so the schema does not pay for one.
+CREATE FUNCTION lonnymq_delete_channel_v1(p_id bigint) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    PERFORM 1 FROM lonnymq_channel c WHERE c.id = p_id;
+    IF NOT FOUND THEN
+        RETURN 'missing';
+    END IF;
+    SELECT c.id INTO v_id FROM lonnymq_channel c WHERE c.id = p_id FOR UPDATE SKIP LOCKED;
+    IF v_id IS NULL
+       OR NOT pg_try_advisory_xact_lock(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(p_id)) THEN
+        RETURN 'busy';
+    END IF;
+    IF EXISTS (SELECT 1 FROM lonnymq_message m WHERE m.channel_id = p_id AND m.lease_until IS NULL)
+       OR EXISTS (SELECT 1 FROM lonnymq_message m WHERE m.lease_until IS NOT NULL AND m.channel_id = p_id) THEN
+        RETURN 'not_empty';
+    END IF;
+    -- Its wake-up marks too: dequeues apply marks through the channel row, so a deleted
+    -- channel's marks would otherwise stay forever.
+    DELETE FROM lonnymq_wake w WHERE w.channel_id = p_id;
+    DELETE FROM lonnymq_channel c WHERE c.id = p_id;
+    RETURN 'deleted';
+END
+$$;
+
+-- Delete dead messages for good. Returns the ids deleted.
+CREATE FUNCTION lonnymq_purge_dead_v1(p_ids bigint[]) RETURNS bigint[]
+LANGUAGE sql AS $$
+    WITH gone AS (
+        DELETE FROM lonnymq_dead_message d WHERE d.id = ANY (p_ids) RETURNING d.id
+    )
+    SELECT coalesce(array_agg(gone.id ORDER BY gone.id), ARRAY[]::bigint[]) FROM gone
+$$;
+
+-- Scheduler invariants, for tests and the health command. One row per problem:
+--   in_flight_mismatch: in_flight differs from the leases that took a slot;
+--   stranded: a ready message is due but its channel will not look at it.
+CREATE FUNCTION lonnymq_check_v1(p_grace_ms bigint DEFAULT 1000)
+RETURNS TABLE (channel_id bigint, queue text, channel text, problem text, detail text)
+LANGUAGE sql VOLATILE AS $$
+    SELECT c.id, c.queue, c.name, 'in_flight_mismatch',
+           format('in_flight=%s, slot-taking leases=%s', c.in_flight, coalesce(s.n, 0))
+      FROM lonnymq_channel c
+      LEFT JOIN (SELECT m.channel_id, count(*) AS n FROM lonnymq_message m
+                  WHERE m.slot_taken GROUP BY m.channel_id) s ON s.channel_id = c.id
+     WHERE c.in_flight <> coalesce(s.n, 0)
+    UNION ALL
+    SELECT c.id, c.queue, c.name, 'stranded',
+           format('head due at %s, next_dequeue_at=%s', h.dequeue_at, coalesce(c.next_dequeue_at::text, 'null'))
+      FROM lonnymq_channel c
+      CROSS JOIN LATERAL (SELECT mm.dequeue_at FROM lonnymq_message mm
+                           WHERE mm.channel_id = c.id AND mm.lease_until IS NULL
+                           ORDER BY mm.dequeue_at, mm.id LIMIT 1) h
+     WHERE NOT c.paused
+       AND h.dequeue_at < lonnymq_now_ms_v1() - p_grace_ms
+       -- Its next turn is missing, or later than the head (and the rate limit) need and
+       -- still ahead: a turn that has already come is eligible now, however old the head.
+       AND (c.next_dequeue_at IS NULL
+            OR c.next_dequeue_at > greatest(h.dequeue_at, c.last_dequeue_at + c.release_interval_ms,
+                                            lonnymq_now_ms_v1()) + p_grace_ms)
+       -- A producer's committed wake-up mark is applied by the next dequeue.
+       AND NOT EXISTS (SELECT 1 FROM lonnymq_wake w
+                        WHERE w.channel_id = c.id
+                          AND w.dequeue_at <= greatest(h.dequeue_at, lonnymq_now_ms_v1()) + p_grace_ms)
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- Figures for operators (admin, dashboard, lonnymq_stats, metrics): read only, except
+-- lonnymq_record_samples_v1, which writes the history table
+-- ---------------------------------------------------------------------------------------
+
+-- Exact figures per queue (all queues when p_queues is NULL), as sample rows with id NULL.
+-- Cost: ready/scheduled walk the ready index (channel_id, dequeue_at, id) once per channel,
+-- i.e. one index entry per waiting message of the queue (index-only when the visibility
+-- map allows); in_flight walks the lease index (messages in flight only); dead walks the
+-- (queue, died_at) index. No scan of the message table's heap by channel. released_total
+-- is the sum of the channel rows' counters (read with the channel rows, no extra walk).
+CREATE FUNCTION lonnymq_queue_stats_v1(p_queues text[] DEFAULT NULL)
+RETURNS SETOF lonnymq_queue_sample
+LANGUAGE sql VOLATILE AS $$
+    WITH now_ms AS (
+        SELECT lonnymq_now_ms_v1() AS v
+    ), ch AS (
+        SELECT c.id, c.queue, c.paused, c.released_total FROM lonnymq_channel c
+         WHERE p_queues IS NULL OR c.queue = ANY (p_queues)
+    ), waiting AS (
+        SELECT ch.queue, count(*) AS channels, count(*) FILTER (WHERE ch.paused) AS paused_channels,
+               sum(w.ready) AS ready, sum(w.scheduled) AS scheduled, min(w.head) AS head,
+               sum(ch.released_total) AS released_total
+          FROM ch CROSS JOIN now_ms
+          CROSS JOIN LATERAL (
+              SELECT count(*) FILTER (WHERE m.dequeue_at <= now_ms.v) AS ready,
+                     count(*) FILTER (WHERE m.dequeue_at > now_ms.v) AS scheduled,
+                     min(m.dequeue_at) AS head
+                FROM lonnymq_message m
+               WHERE m.channel_id = ch.id AND m.lease_until IS NULL
+          ) w
+         GROUP BY ch.queue
+    ), flying AS (
+        SELECT ch.queue, count(*) AS n
+          FROM lonnymq_message m JOIN ch ON ch.id = m.channel_id
+         WHERE m.lease_until IS NOT NULL
+         GROUP BY ch.queue
+    ), dead AS (
+        SELECT d.queue, count(*) AS n FROM lonnymq_dead_message d
+         WHERE p_queues IS NULL OR d.queue = ANY (p_queues)
+         GROUP BY d.queue
+    ), queues AS (
+        SELECT waiting.queue FROM waiting UNION SELECT dead.queue FROM dead
+    )
+    SELECT NULL::bigint, q.queue, clock_timestamp(),
+           coalesce(w.channels, 0), coalesce(w.paused_channels, 0),
+           coalesce(w.ready, 0)::bigint, coalesce(w.scheduled, 0)::bigint,
+           coalesce(f.n, 0), coalesce(d.n, 0),
+           CASE WHEN w.head <= now_ms.v THEN now_ms.v - w.head END,
+           coalesce(w.released_total, 0)::bigint
+      FROM queues q CROSS JOIN now_ms
+      LEFT JOIN waiting w ON w.queue = q.queue
+      LEFT JOIN flying f ON f.queue = q.queue
+      LEFT JOIN dead d ON d.queue = q.queue
+     ORDER BY q.queue
+$$;
+
+-- Ready, scheduled and in-flight counts of a few channels (one admin changelist page).
+-- ready and scheduled are exact up to p_cap and stop counting there (each is one bounded
+-- range of the ready index); in_flight walks the lease index, whose size is the number of
+-- messages in flight in the whole database (bounded by the workers' capacity).
+CREATE FUNCTION lonnymq_channel_counts_v1(p_ids bigint[], p_cap integer DEFAULT 10000)
+RETURNS TABLE (channel_id bigint, ready bigint, scheduled bigint, in_flight bigint)
+LANGUAGE sql VOLATILE AS $$
+    WITH now_ms AS (
+        SELECT lonnymq_now_ms_v1() AS v
+    ), flying AS (
+        SELECT m.channel_id, count(*) AS n FROM lonnymq_message m
+         WHERE m.lease_until IS NOT NULL AND m.channel_id = ANY (p_ids)
+         GROUP BY m.channel_id
+    )
+    SELECT p.id,
+           (SELECT count(*) FROM (SELECT 1 FROM lonnymq_message m
+                                   WHERE m.channel_id = p.id AND m.lease_until IS NULL
+                                     AND m.dequeue_at <= now_ms.v
+                                   LIMIT p_cap) r),
+           (SELECT count(*) FROM (SELECT 1 FROM lonnymq_message m
+                                   WHERE m.channel_id = p.id AND m.lease_until IS NULL
+                                     AND m.dequeue_at > now_ms.v
+                                   LIMIT p_cap) s),
+           coalesce(f.n, 0)
+      FROM unnest(p_ids) AS p(id) CROSS JOIN now_ms
+      LEFT JOIN flying f ON f.channel_id = p.id
+$$;
+
+-- Planner's row estimate of a table (pg_class.reltuples): -1 when never analyzed.
+CREATE FUNCTION lonnymq_estimated_rows_v1(p_table regclass) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT c.reltuples::bigint FROM pg_class c WHERE c.oid = p_table
+$$;
+
+-- Record one sample per queue now (its figures and the running sum of released_total) and
+-- drop samples older than p_keep_ms. Returns the rows recorded.
+CREATE FUNCTION lonnymq_record_samples_v1(p_keep_ms bigint DEFAULT 86400000)
+RETURNS SETOF lonnymq_queue_sample
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_keep_ms IS NULL OR p_keep_ms < 1 THEN
+        PERFORM lonnymq_raise_invalid_v1('keep', 'must be positive', p_keep_ms::text);
+    END IF;
+    DELETE FROM lonnymq_queue_sample s
+     WHERE s.at < clock_timestamp() - make_interval(secs => p_keep_ms / 1000.0);
+    RETURN QUERY
+        INSERT INTO lonnymq_queue_sample (queue, at, channels, paused_channels, ready, scheduled,
+                                          in_flight, dead, oldest_ready_ms, released_total)
+        SELECT x.queue, x.at, x.channels, x.paused_channels, x.ready, x.scheduled,
+               x.in_flight, x.dead, x.oldest_ready_ms, x.released_total
+          FROM lonnymq_queue_stats_v1(NULL) x
+        RETURNING *;
+END
+$$;

@@ -1,0 +1,138 @@
+"""The live schema file and the migrations can never drift apart, and history never changes.
+
+- A database migrated from zero has exactly the schema ``sql/schema.sql`` builds: every
+  table, column, constraint, index, sequence and function definition compared.
+- Each migration step reversed gives back exactly the schema of the step before it, and up
+  again gives the live schema (so the reverse of a function change reinstalls the old body).
+- Each released migration SQL file is pinned by its checksum: a released migration cannot
+  change under the databases that already ran it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg import conninfo
+from psycopg import sql as pgsql
+
+from django_lonnymq import sql
+from tests import conftest
+from tests.migrations.catalog import differences, snapshot
+
+# sha256 of each released migration file. A new migration adds its files here when it is
+# written; a released file's line never changes (write a new migration instead).
+RELEASED = {
+    "0001_initial.down.sql": "ad6acae980fbc0a559a4e5c4906c13fe05a870e0e4759030d830b69787347d9d",
+    "0001_initial.up.sql": "b4d18455ffe842b286230e64dda549fd1acfe602c5866d6548f323479ee30294",
+    "0002_task_result.down.sql": "577f2cbe854fe21ba9b76f61c84c09f74cb2764f07b132a28019e39ecf5c70ea",
+    "0002_task_result.up.sql": "929d4d24a2052884d50dc819c60775d4ce08756f643649a059973e63f906c813",
+    "0003_queue_sample.down.sql": "0806f9d5b6101851d3b30b8401d9a22bbb8d10631fd67985dd235e762aad64bf",
+    "0003_queue_sample.up.sql": "191e58194b42877b5caec8689d6933c97f2f95bf996a7209e5b802884b582c28",
+    "0004_set_based_enqueue_many.up.sql": "d2b33ee1d4e56febc8baa0949a165a47c12445899170d37b8a805e27ba4c91a6",
+    "0005_single_enqueue_mark_once.up.sql": "9548d4ced8d8e2919b102347e07210f03af7bdac052be3ea816d4c8bcaf9a7d2",
+}
+
+MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
+
+
+def checksum(filename: str) -> str:
+    return hashlib.sha256(sql.read(f"{sql.MIGRATIONS_DIR}/{filename}").encode()).hexdigest()
+
+
+@pytest.mark.parametrize("filename", sql.migration_files())
+def test_released_migration_file_is_pinned(filename):
+    assert filename in RELEASED, (
+        f"{filename} is not pinned: add it to RELEASED in {__file__} as {checksum(filename)!r}"
+    )
+    assert checksum(filename) == RELEASED[filename], (
+        f"{filename} changed after its release; put the change in a new migration "
+        "(docs/sql.md) and restore this file"
+    )
+
+
+def test_every_pinned_file_exists():
+    assert set(RELEASED) == set(sql.migration_files())
+
+
+@pytest.fixture
+def scratch_database(django_db_setup, django_db_blocker) -> Iterator:
+    """Make empty databases beside the test database; drops them afterwards."""
+    with django_db_blocker.unblock():
+        base = conftest.test_dsn()
+    made: list[str] = []
+    admin = conninfo.make_conninfo(base, dbname="postgres")
+
+    def make(suffix: str) -> str:
+        name = f"{conninfo.conninfo_to_dict(base)['dbname']}_{suffix}"
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(pgsql.SQL("DROP DATABASE IF EXISTS {}").format(pgsql.Identifier(name)))
+            conn.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(name)))
+        made.append(name)
+        return conninfo.make_conninfo(base, dbname=name)
+
+    yield make
+    with psycopg.connect(admin, autocommit=True) as conn:
+        for name in made:
+            conn.execute(pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(name)))
+
+
+def migrate(dsn: str, target: str) -> None:
+    """``manage.py migrate django_lonnymq <target>`` on the database ``dsn`` names."""
+    params = conninfo.conninfo_to_dict(dsn)
+    url = conftest.test_database_url().rsplit("/", 1)[0] + "/" + str(params["dbname"])
+    env = {"DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "tests.worker_settings", "PYTHONPATH": str(conftest.ROOT)}
+    done = subprocess.run(
+        [sys.executable, str(conftest.ROOT / "manage.py"), "migrate", "django_lonnymq", target, "-v", "0"],
+        cwd=conftest.ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, f"migrate {target} failed:\n{done.stdout}{done.stderr}"
+
+
+def build_from_schema_file(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=False) as conn:
+        conn.execute(sql.read(sql.SCHEMA_FILE))
+
+
+def test_schema_file_equals_a_database_migrated_from_zero(scratch_database):
+    from_file, migrated = scratch_database("schema_file"), scratch_database("migrated")
+    build_from_schema_file(from_file)
+    migrate(migrated, MIGRATIONS[-1])
+    expected, got = snapshot(from_file), snapshot(migrated)
+    assert len(expected["functions"]) == len(sql.functions(sql.read(sql.SCHEMA_FILE))) >= 30
+    assert {"lonnymq_channel", "lonnymq_message", "lonnymq_dead_message"} <= {t[0] for t in expected["tables"]}
+    diff = differences(expected, got, "schema.sql", "migrated from zero")
+    assert not diff, "sql/schema.sql and the migrations disagree:\n" + "\n".join(diff)
+
+
+def test_each_step_reversed_gives_back_the_schema_before_it(scratch_database):
+    dsn = scratch_database("steps")
+    empty = snapshot(dsn)
+    assert not any(empty.values())
+    forward = {}
+    for name in MIGRATIONS:
+        migrate(dsn, name)
+        forward[name] = snapshot(dsn)
+    for earlier, later in reversed(list(zip(MIGRATIONS, MIGRATIONS[1:], strict=False))):
+        migrate(dsn, earlier)
+        diff = differences(forward[earlier], snapshot(dsn), f"up to {earlier}", f"down from {later}")
+        assert not diff, f"reversing {later} did not give back {earlier}'s schema:\n" + "\n".join(diff)
+    migrate(dsn, "zero")
+    assert snapshot(dsn) == empty
+    migrate(dsn, MIGRATIONS[-1])
+    assert not differences(forward[MIGRATIONS[-1]], snapshot(dsn), "first up", "second up")
+
+
+def test_a_function_is_defined_once_in_the_schema_file():
+    text = sql.read(sql.SCHEMA_FILE)
+    names = sql.functions(text)
+    assert text.count("CREATE FUNCTION ") == len(names)
+    assert "CREATE OR REPLACE" not in text  # the live file states each object once
