@@ -342,29 +342,29 @@ def configure_channel(
     """Create or change a channel's limits; omitted ones keep their value. Returns its id.
 
     ``max_concurrency=None`` means unlimited; ``release_interval`` is the least time between
-    two releases. Takes effect on the next dequeue.
+    two releases. Takes effect on the next dequeue. Only the limits given are written, under
+    the channel's row lock, so a concurrent change of another limit is never overwritten.
     """
-    from .models import Channel
-
     _name("queue", queue, 100)
     _name("channel", channel, 200)
-    current = Channel.objects.using(_alias(using)).filter(queue=queue, name=channel).first()
-    if max_concurrency is _UNSET:
-        max_concurrency = current.max_concurrency if current else None
-    elif max_concurrency is not None:
+    unlimited = max_concurrency is None
+    if max_concurrency is _UNSET or max_concurrency is None:
+        max_concurrency = None
+    else:
         max_concurrency = _int("max_concurrency", max_concurrency, 1, 2_147_483_647)
     if release_interval is _UNSET:
-        interval_ms = current.release_interval_ms if current else 0
+        interval_ms = None
     else:
         interval_ms = 0 if release_interval is None else _duration_ms("release_interval", release_interval)
     if paused is _UNSET:
-        paused = current.paused if current else False
+        paused = None
     elif not isinstance(paused, bool):
         raise InvalidArgument("paused", "must be a boolean", paused)
     params = {
         "queue": queue,
         "channel": channel,
         "max_concurrency": max_concurrency,
+        "unlimited": unlimited,
         "release_interval_ms": interval_ms,
         "paused": paused,
     }

@@ -51,15 +51,17 @@ class Channel(models.Model):
             models.CheckConstraint(
                 condition=Q(name__regex=r"^.{1,200}$"), name="lonnymq_channel_name_length"
             ),
+            models.CheckConstraint(condition=Q(queue__regex=r"\S"), name="lonnymq_channel_queue_not_blank"),
+            models.CheckConstraint(condition=Q(name__regex=r"\S"), name="lonnymq_channel_name_not_blank"),
             models.CheckConstraint(
                 condition=Q(max_concurrency__isnull=True) | Q(max_concurrency__gt=0),
                 name="lonnymq_channel_max_concurrency_positive",
                 violation_error_message="Max concurrency must be positive, or empty for unlimited.",
             ),
             models.CheckConstraint(
-                condition=Q(release_interval_ms__gte=0),
-                name="lonnymq_channel_release_interval_nonnegative",
-                violation_error_message="Release interval must not be negative.",
+                condition=Q(release_interval_ms__gte=0, release_interval_ms__lte=31_622_400_000),
+                name="lonnymq_channel_release_interval_range",
+                violation_error_message="Release interval must be between 0 and 366 days.",
             ),
             models.CheckConstraint(
                 condition=Q(in_flight__gte=0), name="lonnymq_channel_in_flight_nonnegative"
@@ -101,6 +103,10 @@ class Message(models.Model):
         ordering = ["id"]
         constraints = [
             models.CheckConstraint(condition=Q(attempts__gte=0), name="lonnymq_message_attempts_nonnegative"),
+            models.CheckConstraint(
+                condition=Q(dequeue_at__gte=0, dequeue_at__lte=253_402_300_799_999),
+                name="lonnymq_message_dequeue_at_range",
+            ),
             models.CheckConstraint(
                 condition=Q(max_attempts__gte=1, max_attempts__lte=1000),
                 name="lonnymq_message_max_attempts_range",

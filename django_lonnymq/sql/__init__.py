@@ -73,6 +73,20 @@ def restore(migration_name: str, *names: str) -> str:
     )
 
 
+def restore_previous(migration_name: str, *names: str) -> str:
+    """``CREATE OR REPLACE`` statements that put back functions as the migrations before
+    ``migration_name`` last installed them: the reverse of a step that changed them."""
+    earlier = sorted({f.split(".")[0] for f in migration_files() if f.endswith(".up.sql")})
+    earlier = [m for m in earlier if m < migration_name]
+    statements = []
+    for name in names:
+        source = next((m for m in reversed(earlier) if name in functions(migration(m))), None)
+        if source is None:
+            raise KeyError(f"no migration before {migration_name} defines {name}")
+        statements.append(restore(source, name))
+    return "\n".join(statements)
+
+
 QUERY_FILES = ("queries.sql", "stats.sql")
 
 

@@ -1,21 +1,25 @@
 -- Named queries the Python layer runs. Each "-- name: X" header starts a query; the loader
--- (django_lonnymq/sql/__init__.py) parses this file once. Parameters use %(name)s.
+-- (django_lonnymq/sql/__init__.py) parses this file once. Parameters use %(name)s, each cast
+-- to the exact type of the function's argument, so that the call resolves to the app's
+-- function whatever overloads another role has created on the search path.
 
 -- name: enqueue
-SELECT lonnymq_enqueue_v1(%(queue)s, %(channel)s, %(payload)s::jsonb, %(run_at_ms)s, %(delay_ms)s,
-                          %(priority)s, %(dedup_key)s, %(max_attempts)s, %(priority_step_ms)s,
-                          %(tolerance_ms)s)
+SELECT lonnymq_enqueue_v1(%(queue)s::text, %(channel)s::text, %(payload)s::jsonb, %(run_at_ms)s::bigint,
+                          %(delay_ms)s::bigint, %(priority)s::integer, %(dedup_key)s::text,
+                          %(max_attempts)s::integer, %(priority_step_ms)s::bigint, %(tolerance_ms)s::bigint)
 
 -- name: enqueue_many
-SELECT lonnymq_enqueue_many_v1(%(queue)s, %(channels)s::text[], %(payloads)s::jsonb[],
+SELECT lonnymq_enqueue_many_v1(%(queue)s::text, %(channels)s::text[], %(payloads)s::jsonb[],
                                %(run_at_ms)s::bigint[], %(delay_ms)s::bigint[], %(priorities)s::integer[],
                                %(dedup_keys)s::text[], %(max_attempts)s::integer[],
-                               %(default_max_attempts)s, %(priority_step_ms)s, %(tolerance_ms)s)
+                               %(default_max_attempts)s::integer, %(priority_step_ms)s::bigint,
+                               %(tolerance_ms)s::bigint)
 
 -- name: dequeue
 SELECT id, channel, payload, attempts, max_attempts, priority, dedup_key, enqueued_at,
        lease_token, lease_until
-  FROM lonnymq_dequeue_v1(%(queue)s, %(batch_size)s, %(lease_ms)s, %(worker)s, %(tolerance_ms)s)
+  FROM lonnymq_dequeue_v1(%(queue)s::text, %(batch_size)s::integer, %(lease_ms)s::bigint, %(worker)s::text,
+                          %(tolerance_ms)s::bigint)
 
 -- name: next_due
 SELECT lonnymq_next_due_v1(%(queues)s::text[]) - lonnymq_now_ms_v1()
@@ -24,36 +28,39 @@ SELECT lonnymq_next_due_v1(%(queues)s::text[]) - lonnymq_now_ms_v1()
 SELECT lonnymq_ack_v1(%(ids)s::bigint[], %(tokens)s::uuid[])
 
 -- name: fail
-SELECT lonnymq_fail_v1(%(id)s, %(token)s::uuid, %(error)s, %(retry_delay_ms)s, %(discard)s,
-                       %(backoff_base_ms)s, %(backoff_max_ms)s, %(tolerance_ms)s)
+SELECT lonnymq_fail_v1(%(id)s::bigint, %(token)s::uuid, %(error)s::text, %(retry_delay_ms)s::bigint,
+                       %(discard)s::boolean, %(backoff_base_ms)s::bigint, %(backoff_max_ms)s::bigint,
+                       %(tolerance_ms)s::bigint)
 
 -- name: extend
-SELECT lonnymq_extend_v1(%(ids)s::bigint[], %(tokens)s::uuid[], %(lease_ms)s)
+SELECT lonnymq_extend_v1(%(ids)s::bigint[], %(tokens)s::uuid[], %(lease_ms)s::bigint)
 
 -- name: release
-SELECT lonnymq_release_v1(%(ids)s::bigint[], %(tokens)s::uuid[], %(tolerance_ms)s)
+SELECT lonnymq_release_v1(%(ids)s::bigint[], %(tokens)s::uuid[], %(tolerance_ms)s::bigint)
 
 -- name: reap
-SELECT lonnymq_reap_v1(%(limit)s, %(dedup_window_ms)s, %(tolerance_ms)s)
+SELECT lonnymq_reap_v1(%(limit)s::integer, %(dedup_window_ms)s::bigint, %(tolerance_ms)s::bigint)
 
 -- name: requeue_dead
-SELECT lonnymq_requeue_dead_v1(%(ids)s::bigint[], %(reset_attempts)s, %(tolerance_ms)s)
+SELECT lonnymq_requeue_dead_v1(%(ids)s::bigint[], %(reset_attempts)s::boolean, %(tolerance_ms)s::bigint)
 
 -- name: cancel
 SELECT lonnymq_cancel_v1(%(ids)s::bigint[])
 
 -- name: run_now
-SELECT lonnymq_run_now_v1(%(ids)s::bigint[], %(tolerance_ms)s)
+SELECT lonnymq_run_now_v1(%(ids)s::bigint[], %(tolerance_ms)s::bigint)
 
 -- name: purge_channel
-SELECT lonnymq_purge_channel_v1(%(channel_id)s)
+SELECT lonnymq_purge_channel_v1(%(channel_id)s::bigint)
 
 -- name: configure_channel
-SELECT lonnymq_configure_channel_v1(%(queue)s, %(channel)s, %(max_concurrency)s,
-                                    %(release_interval_ms)s, %(paused)s)
+-- A NULL limit is left as it is; unlimited removes the concurrency cap.
+SELECT lonnymq_configure_channel_v2(%(queue)s::text, %(channel)s::text, %(max_concurrency)s::integer,
+                                    %(unlimited)s::boolean, %(release_interval_ms)s::bigint,
+                                    %(paused)s::boolean)
 
 -- name: check
-SELECT channel_id, queue, channel, problem, detail FROM lonnymq_check_v1(%(grace_ms)s)
+SELECT channel_id, queue, channel, problem, detail FROM lonnymq_check_v1(%(grace_ms)s::bigint)
  ORDER BY channel_id, problem
 
 -- name: listen

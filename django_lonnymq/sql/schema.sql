@@ -12,6 +12,22 @@
 --   LQ003 stale lease               LQ004 message not found
 --   LQ006 unsupported isolation level
 -- The locking argument for these functions is written down in docs/locking.md.
+--
+-- Bounds, the same numbers as django_lonnymq/limits.py (CHECK constraints and argument
+-- checks), so that no accepted value can overflow the arithmetic of a later dequeue:
+--   a time (ms since the epoch)     0 .. 253402300799999 (9999-12-31)
+--   a run time or delay ahead       at most 100 years (3155760000000 ms)
+--   a release interval, a window    0 .. 366 days (31622400000 ms)
+--   a lease, a grace period         1 ms (0 for a grace) .. 1 day (86400000 ms)
+--
+-- Security: every function runs with a pinned search_path (SET search_path FROM CURRENT,
+-- taken from the statement below: the schema the app is installed in, then pg_temp;
+-- pg_catalog is searched first), calls built-in functions as pg_catalog.name(...), and
+-- writes operators between operands of one type (or as OPERATOR(pg_catalog.op)), so that
+-- an object another role creates in a schema on the path can never be picked instead of
+-- a built-in (docs/admin.md, "Database privileges").
+SELECT pg_catalog.set_config('search_path',
+                             pg_catalog.quote_ident(pg_catalog.current_schema()) || ', pg_temp', true);
 
 -- ---------------------------------------------------------------------------------------
 -- Tables
@@ -33,9 +49,13 @@ CREATE TABLE lonnymq_channel (
     CONSTRAINT lonnymq_channel_queue_name_uniq UNIQUE (queue, name),
     CONSTRAINT lonnymq_channel_queue_length CHECK (char_length(queue) BETWEEN 1 AND 100),
     CONSTRAINT lonnymq_channel_name_length CHECK (char_length(name) BETWEEN 1 AND 200),
+    CONSTRAINT lonnymq_channel_queue_not_blank CHECK (queue ~ '\S'),
+    CONSTRAINT lonnymq_channel_name_not_blank CHECK (name ~ '\S'),
     CONSTRAINT lonnymq_channel_max_concurrency_positive
         CHECK (max_concurrency IS NULL OR max_concurrency > 0),
-    CONSTRAINT lonnymq_channel_release_interval_nonnegative CHECK (release_interval_ms >= 0),
+    -- At most 366 days: no release interval can push a channel's next turn out of range.
+    CONSTRAINT lonnymq_channel_release_interval_range
+        CHECK (release_interval_ms BETWEEN 0 AND 31622400000),
     CONSTRAINT lonnymq_channel_in_flight_nonnegative CHECK (in_flight >= 0)
 ) WITH (
     -- Every release rewrites the row: leave room on the page and vacuum early.
@@ -71,6 +91,8 @@ CREATE TABLE lonnymq_message (
     enqueued_at   timestamptz NOT NULL DEFAULT now(),
     last_error    text        NULL,
     CONSTRAINT lonnymq_message_attempts_nonnegative CHECK (attempts >= 0),
+    -- 1970-01-01 to 9999-12-31: every release time is a date Python and the admin can show.
+    CONSTRAINT lonnymq_message_dequeue_at_range CHECK (dequeue_at BETWEEN 0 AND 253402300799999),
     CONSTRAINT lonnymq_message_max_attempts_range CHECK (max_attempts BETWEEN 1 AND 1000),
     CONSTRAINT lonnymq_message_priority_range CHECK (priority BETWEEN 0 AND 100),
     CONSTRAINT lonnymq_message_lease_complete CHECK ((lease_until IS NULL) = (lease_token IS NULL)),
@@ -202,34 +224,80 @@ CREATE INDEX lonnymq_task_finished_idx ON lonnymq_task_result (finished_at)
 -- ---------------------------------------------------------------------------------------
 
 CREATE FUNCTION lonnymq_now_ms_v1() RETURNS bigint
-LANGUAGE sql VOLATILE AS $$
-    SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+LANGUAGE sql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+    SELECT (extract(epoch FROM pg_catalog.clock_timestamp()) * 1000::numeric)::bigint
 $$;
 
 -- Advisory lock key of a channel: (namespace, channel). The fixed namespace keeps these
 -- locks apart from the application's own one-key advisory locks.
 CREATE FUNCTION lonnymq_lock_ns_v1() RETURNS integer
-LANGUAGE sql IMMUTABLE AS $$ SELECT 1280135473 $$;
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT 1280135473 $$;
 
 CREATE FUNCTION lonnymq_lock_key_v1(p_channel_id bigint) RETURNS integer
-LANGUAGE sql IMMUTABLE AS $$ SELECT (p_channel_id % 2147483647)::integer $$;
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT (p_channel_id % 2147483647::bigint)::integer $$;
 
 CREATE FUNCTION lonnymq_raise_invalid_v1(p_field text, p_rule text, p_value text)
-RETURNS void LANGUAGE plpgsql AS $$
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 BEGIN
     RAISE EXCEPTION '% %, got %', p_field, p_rule, coalesce(p_value, 'null')
         USING ERRCODE = 'LQ001', COLUMN = p_field;
 END
 $$;
 
-CREATE FUNCTION lonnymq_check_names_v1(p_queue text, p_channel text) RETURNS void
-LANGUAGE plpgsql AS $$
+-- A number outside [p_min, p_max] (or NULL where none is allowed) is refused as LQ001.
+-- Every duration and time a caller passes goes through here, so none can overflow later.
+CREATE FUNCTION lonnymq_check_range_v1(p_field text, p_value bigint, p_min bigint, p_max bigint,
+                                       p_null_ok boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 BEGIN
-    IF p_queue IS NULL OR char_length(p_queue) NOT BETWEEN 1 AND 100 THEN
-        PERFORM lonnymq_raise_invalid_v1('queue', 'must be 1 to 100 characters', quote_nullable(p_queue));
+    IF p_value IS NULL THEN
+        IF NOT p_null_ok THEN
+            PERFORM lonnymq_raise_invalid_v1(p_field, 'must not be null', NULL::text);
+        END IF;
+    ELSIF p_value < p_min OR p_value > p_max THEN
+        PERFORM lonnymq_raise_invalid_v1(p_field, pg_catalog.format('must be between %s and %s', p_min, p_max),
+                                         p_value::text);
     END IF;
-    IF p_channel IS NULL OR char_length(p_channel) NOT BETWEEN 1 AND 200 THEN
-        PERFORM lonnymq_raise_invalid_v1('channel', 'must be 1 to 200 characters', quote_nullable(p_channel));
+END
+$$;
+
+-- An array argument must be a plain list: PostgreSQL would flatten a 2-D array silently.
+CREATE FUNCTION lonnymq_check_list_v1(p_field text, p_ndims integer) RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_ndims > 1 THEN
+        PERFORM lonnymq_raise_invalid_v1(p_field, 'must be a one-dimensional array', pg_catalog.format('%s dimensions', p_ndims));
+    END IF;
+END
+$$;
+
+-- Queue and channel names: 1 to 100 (200) characters, not only blanks.
+CREATE FUNCTION lonnymq_check_names_v1(p_queue text, p_channel text) RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_queue IS NULL OR pg_catalog.char_length(p_queue) NOT BETWEEN 1 AND 100 OR p_queue !~ '\S' THEN
+        PERFORM lonnymq_raise_invalid_v1('queue', 'must be 1 to 100 characters, not only blanks',
+                                         pg_catalog.quote_nullable(p_queue));
+    END IF;
+    IF p_channel IS NULL OR pg_catalog.char_length(p_channel) NOT BETWEEN 1 AND 200 OR p_channel !~ '\S' THEN
+        PERFORM lonnymq_raise_invalid_v1('channel', 'must be 1 to 200 characters, not only blanks',
+                                         pg_catalog.quote_nullable(p_channel));
     END IF;
 END
 $$;
@@ -239,16 +307,19 @@ $$;
 CREATE FUNCTION lonnymq_dequeue_at_v1(
     p_now bigint, p_run_at_ms bigint, p_delay_ms bigint, p_priority integer, p_priority_step_ms bigint
 ) RETURNS bigint
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 DECLARE
     v_at bigint;
 BEGIN
     IF p_priority IS NULL OR p_priority NOT BETWEEN 0 AND 100 THEN
         PERFORM lonnymq_raise_invalid_v1('priority', 'must be between 0 and 100', p_priority::text);
     END IF;
-    IF p_delay_ms IS NOT NULL AND p_delay_ms < 0 THEN
-        PERFORM lonnymq_raise_invalid_v1('delay', 'must not be negative', p_delay_ms::text);
-    END IF;
+    -- At most 100 years ahead, and no run time before 1970: dequeue_at stays a valid time.
+    PERFORM lonnymq_check_range_v1('delay', p_delay_ms, 0::bigint, 3155760000000::bigint, true);
+    PERFORM lonnymq_check_range_v1('run_at', p_run_at_ms, 0::bigint, p_now + 3155760000000::bigint, true);
+    PERFORM lonnymq_check_range_v1('priority_step', p_priority_step_ms, 0::bigint, 86400000::bigint, false);
     IF p_run_at_ms IS NOT NULL AND p_delay_ms IS NOT NULL THEN
         PERFORM lonnymq_raise_invalid_v1('run_at', 'cannot be combined with delay', p_run_at_ms::text);
     END IF;
@@ -260,7 +331,7 @@ BEGIN
                 USING ERRCODE = 'LQ002', COLUMN = 'priority',
                       HINT = 'Priority moves a message earlier; a scheduled message has no earlier slot to move to.';
         END IF;
-        v_at := v_at - p_priority::bigint * p_priority_step_ms;
+        v_at := greatest(v_at - p_priority::bigint * p_priority_step_ms, 0::bigint);
     END IF;
     RETURN v_at;
 END
@@ -268,7 +339,9 @@ $$;
 
 -- Get or create a channel, race-free: concurrent first enqueues agree on one row.
 CREATE FUNCTION lonnymq_channel_id_v1(p_queue text, p_channel text) RETURNS bigint
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 DECLARE
     v_id bigint;
 BEGIN
@@ -297,12 +370,14 @@ $$;
 -- unconditional: the row lock then keeps dequeuers from parking the channel until commit.
 CREATE FUNCTION lonnymq_wake_v1(p_channel_id bigint, p_dequeue_at bigint, p_tolerance_ms bigint)
 RETURNS boolean
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 BEGIN
-    IF current_setting('transaction_isolation') = 'read committed' THEN
+    IF pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
         UPDATE lonnymq_channel c
            SET next_dequeue_at = greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms),
-               turn = nextval('lonnymq_turn_seq') * 100000
+               turn = pg_catalog.nextval('lonnymq_turn_seq') * 100000
          WHERE c.id = p_channel_id
            AND (c.next_dequeue_at IS NULL
                 OR c.next_dequeue_at > greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms)
@@ -314,7 +389,7 @@ BEGIN
                    greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms)),
                turn = CASE WHEN c.next_dequeue_at IS NULL
                              OR c.next_dequeue_at > greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms)
-                           THEN nextval('lonnymq_turn_seq') * 100000 ELSE c.turn END
+                           THEN pg_catalog.nextval('lonnymq_turn_seq') * 100000 ELSE c.turn END
          WHERE c.id = p_channel_id;
     END IF;
     RETURN FOUND;
@@ -334,12 +409,14 @@ $$;
 CREATE FUNCTION lonnymq_mark_v1(p_queue text, p_channel_id bigint, p_dequeue_at bigint,
                                            p_tolerance_ms bigint)
 RETURNS boolean
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 DECLARE
     v_next  bigint;
     v_floor bigint;
 BEGIN
-    IF current_setting('transaction_isolation') = 'read committed' THEN
+    IF pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
         SELECT c.next_dequeue_at, c.last_dequeue_at + c.release_interval_ms INTO v_next, v_floor
           FROM lonnymq_channel c WHERE c.id = p_channel_id;
         IF v_next IS NOT NULL AND v_next <= greatest(p_dequeue_at, v_floor) + p_tolerance_ms THEN
@@ -357,7 +434,7 @@ BEGIN
     VALUES (p_queue, p_channel_id, p_dequeue_at)
     ON CONFLICT (channel_id, xact) DO UPDATE SET dequeue_at = excluded.dequeue_at
         WHERE excluded.dequeue_at < w.dequeue_at;
-    PERFORM pg_notify('lonnymq_wakeup', p_queue);
+    PERFORM pg_catalog.pg_notify('lonnymq_wakeup', p_queue);
     RETURN true;
 END
 $$;
@@ -371,15 +448,17 @@ $$;
 CREATE FUNCTION lonnymq_mark_many_v1(p_queue text, p_channel_ids bigint[], p_dequeue_ats bigint[],
                                      p_tolerance_ms bigint)
 RETURNS boolean
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 DECLARE
     v_marked integer;
 BEGIN
     INSERT INTO lonnymq_wake AS w (queue, channel_id, dequeue_at)
     SELECT p_queue, c.id, u.at
-      FROM unnest(p_channel_ids, p_dequeue_ats) AS u(id, at)
+      FROM ROWS FROM (pg_catalog.unnest(p_channel_ids), pg_catalog.unnest(p_dequeue_ats)) AS u(id, at)
       JOIN lonnymq_channel c ON c.id = u.id AND c.id = ANY (p_channel_ids)
-     WHERE current_setting('transaction_isolation') <> 'read committed'
+     WHERE pg_catalog.current_setting('transaction_isolation') <> 'read committed'
         OR ((c.next_dequeue_at IS NULL
              OR c.next_dequeue_at > greatest(u.at, c.last_dequeue_at + c.release_interval_ms) + p_tolerance_ms)
             AND NOT EXISTS (SELECT 1 FROM lonnymq_wake m
@@ -388,7 +467,7 @@ BEGIN
         WHERE excluded.dequeue_at < w.dequeue_at;
     GET DIAGNOSTICS v_marked = ROW_COUNT;
     IF v_marked > 0 THEN
-        PERFORM pg_notify('lonnymq_wakeup', p_queue);
+        PERFORM pg_catalog.pg_notify('lonnymq_wakeup', p_queue);
     END IF;
     RETURN v_marked > 0;
 END
@@ -398,7 +477,9 @@ $$;
 -- ever earlier) and delete them. Marks whose channel row another session holds stay for
 -- the next call; nothing here waits.
 CREATE FUNCTION lonnymq_apply_marks_v1(p_queue text, p_tolerance_ms bigint) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 DECLARE
     v_ids bigint[];
     v_ats bigint[];
@@ -416,16 +497,16 @@ BEGIN
         DELETE FROM lonnymq_wake w WHERE w.id IN (SELECT m.id FROM marks m)
         RETURNING w.channel_id, w.dequeue_at
     )
-    SELECT array_agg(g.channel_id ORDER BY g.channel_id), array_agg(g.at ORDER BY g.channel_id)
+    SELECT pg_catalog.array_agg(g.channel_id ORDER BY g.channel_id), pg_catalog.array_agg(g.at ORDER BY g.channel_id)
       INTO v_ids, v_ats
-      FROM (SELECT channel_id, min(dequeue_at) AS at FROM gone GROUP BY channel_id) g;
+      FROM (SELECT channel_id, pg_catalog.min(dequeue_at) AS at FROM gone GROUP BY channel_id) g;
     IF v_ids IS NULL THEN
         RETURN;
     END IF;
     UPDATE lonnymq_channel c
        SET next_dequeue_at = greatest(u.at, c.last_dequeue_at + c.release_interval_ms),
-           turn = nextval('lonnymq_turn_seq') * 100000
-      FROM unnest(v_ids, v_ats) AS u(id, at)
+           turn = pg_catalog.nextval('lonnymq_turn_seq') * 100000
+      FROM ROWS FROM (pg_catalog.unnest(v_ids), pg_catalog.unnest(v_ats)) AS u(id, at)
      WHERE c.id = u.id AND c.id = ANY (v_ids)
        AND (c.next_dequeue_at IS NULL
             OR c.next_dequeue_at > greatest(u.at, c.last_dequeue_at + c.release_interval_ms) + p_tolerance_ms);
@@ -448,7 +529,9 @@ CREATE FUNCTION lonnymq_enqueue_v1(
     p_priority_step_ms  bigint  DEFAULT 1000,
     p_tolerance_ms      bigint  DEFAULT 50
 ) RETURNS bigint
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 DECLARE
     v_now        bigint := lonnymq_now_ms_v1();
     v_dequeue_at bigint;
@@ -461,18 +544,19 @@ BEGIN
     IF p_max_attempts IS NULL OR p_max_attempts NOT BETWEEN 1 AND 1000 THEN
         PERFORM lonnymq_raise_invalid_v1('max_attempts', 'must be between 1 and 1000', p_max_attempts::text);
     END IF;
-    IF p_dedup_key IS NOT NULL AND char_length(p_dedup_key) NOT BETWEEN 1 AND 200 THEN
-        PERFORM lonnymq_raise_invalid_v1('dedup_key', 'must be 1 to 200 characters', quote_literal(p_dedup_key));
+    IF p_dedup_key IS NOT NULL AND pg_catalog.char_length(p_dedup_key) NOT BETWEEN 1 AND 200 THEN
+        PERFORM lonnymq_raise_invalid_v1('dedup_key', 'must be 1 to 200 characters', pg_catalog.quote_literal(p_dedup_key));
     END IF;
+    PERFORM lonnymq_check_range_v1('tolerance', p_tolerance_ms, 0::bigint, 86400000::bigint, false);
     v_dequeue_at := lonnymq_dequeue_at_v1(v_now, p_run_at_ms, p_delay_ms, p_priority, p_priority_step_ms);
     v_channel_id := lonnymq_channel_id_v1(p_queue, p_channel);
 
     -- "An enqueue into this channel is in flight": dequeuers will not park it meanwhile.
-    PERFORM pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_channel_id));
+    PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_channel_id));
 
     IF p_dedup_key IS NOT NULL THEN
         INSERT INTO lonnymq_dedup (channel_id, dedup_key, message_id)
-        VALUES (v_channel_id, p_dedup_key, nextval('lonnymq_message_id_seq'))
+        VALUES (v_channel_id, p_dedup_key, pg_catalog.nextval('lonnymq_message_id_seq'))
         ON CONFLICT (channel_id, dedup_key) DO NOTHING
         RETURNING message_id INTO v_id;
         IF v_id IS NULL THEN
@@ -485,7 +569,7 @@ BEGIN
             RETURN v_id;
         END IF;
     ELSE
-        v_id := nextval('lonnymq_message_id_seq');
+        v_id := pg_catalog.nextval('lonnymq_message_id_seq');
     END IF;
 
     INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key)
@@ -514,10 +598,12 @@ CREATE FUNCTION lonnymq_enqueue_many_v1(
     p_priority_step_ms bigint    DEFAULT 1000,
     p_tolerance_ms     bigint    DEFAULT 50
 ) RETURNS bigint[]
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 DECLARE
     v_now            bigint := lonnymq_now_ms_v1();
-    v_n              integer := coalesce(cardinality(p_payloads), 0);
+    v_n              integer := coalesce(pg_catalog.cardinality(p_payloads), 0);
     v_bad            record;
     v_channel_ids    bigint[];
     v_channel_names  text[];
@@ -528,55 +614,65 @@ DECLARE
     v_wake_ids       bigint[];
     v_wake_ats       bigint[];
 BEGIN
-    IF coalesce(cardinality(p_channels), 0) <> v_n
-       OR (p_run_at_ms IS NOT NULL AND cardinality(p_run_at_ms) <> v_n)
-       OR (p_delay_ms IS NOT NULL AND cardinality(p_delay_ms) <> v_n)
-       OR (p_priorities IS NOT NULL AND cardinality(p_priorities) <> v_n)
-       OR (p_dedup_keys IS NOT NULL AND cardinality(p_dedup_keys) <> v_n)
-       OR (p_max_attempts IS NOT NULL AND cardinality(p_max_attempts) <> v_n) THEN
+    IF coalesce(pg_catalog.cardinality(p_channels), 0) <> v_n
+       OR (p_run_at_ms IS NOT NULL AND pg_catalog.cardinality(p_run_at_ms) <> v_n)
+       OR (p_delay_ms IS NOT NULL AND pg_catalog.cardinality(p_delay_ms) <> v_n)
+       OR (p_priorities IS NOT NULL AND pg_catalog.cardinality(p_priorities) <> v_n)
+       OR (p_dedup_keys IS NOT NULL AND pg_catalog.cardinality(p_dedup_keys) <> v_n)
+       OR (p_max_attempts IS NOT NULL AND pg_catalog.cardinality(p_max_attempts) <> v_n) THEN
         PERFORM lonnymq_raise_invalid_v1('items', 'arrays must all have the same length', v_n::text);
     END IF;
+    PERFORM lonnymq_check_list_v1('channels', pg_catalog.array_ndims(p_channels));
+    PERFORM lonnymq_check_list_v1('payloads', pg_catalog.array_ndims(p_payloads));
+    PERFORM lonnymq_check_list_v1('run_at', pg_catalog.array_ndims(p_run_at_ms));
+    PERFORM lonnymq_check_list_v1('delay', pg_catalog.array_ndims(p_delay_ms));
+    PERFORM lonnymq_check_list_v1('priorities', pg_catalog.array_ndims(p_priorities));
+    PERFORM lonnymq_check_list_v1('dedup_keys', pg_catalog.array_ndims(p_dedup_keys));
+    PERFORM lonnymq_check_list_v1('max_attempts', pg_catalog.array_ndims(p_max_attempts));
     IF v_n = 0 THEN
         RETURN ARRAY[]::bigint[];
     END IF;
-    IF p_queue IS NULL OR char_length(p_queue) NOT BETWEEN 1 AND 100 THEN
-        PERFORM lonnymq_check_names_v1(p_queue, 'x');
-    END IF;
+    PERFORM lonnymq_check_names_v1(p_queue, 'x'::text);
+    PERFORM lonnymq_check_range_v1('priority_step', p_priority_step_ms, 0::bigint, 86400000::bigint, false);
+    PERFORM lonnymq_check_range_v1('tolerance', p_tolerance_ms, 0::bigint, 86400000::bigint, false);
 
     -- One pass finds the first invalid row, if any; the batch is refused as a whole and the
     -- error names the row (items[i], counted from 0).
     SELECT u.* INTO v_bad
-      FROM unnest(p_channels, p_payloads,
-                  coalesce(p_run_at_ms, array_fill(NULL::bigint, ARRAY[v_n])),
-                  coalesce(p_delay_ms, array_fill(NULL::bigint, ARRAY[v_n])),
-                  coalesce(p_priorities, array_fill(NULL::integer, ARRAY[v_n])),
-                  coalesce(p_dedup_keys, array_fill(NULL::text, ARRAY[v_n])),
-                  coalesce(p_max_attempts, array_fill(NULL::integer, ARRAY[v_n])))
+      FROM ROWS FROM (pg_catalog.unnest(p_channels),
+                      pg_catalog.unnest(p_payloads),
+                      pg_catalog.unnest(coalesce(p_run_at_ms, pg_catalog.array_fill(NULL::bigint, ARRAY[v_n]))),
+                      pg_catalog.unnest(coalesce(p_delay_ms, pg_catalog.array_fill(NULL::bigint, ARRAY[v_n]))),
+                      pg_catalog.unnest(coalesce(p_priorities, pg_catalog.array_fill(NULL::integer, ARRAY[v_n]))),
+                      pg_catalog.unnest(coalesce(p_dedup_keys, pg_catalog.array_fill(NULL::text, ARRAY[v_n]))),
+                      pg_catalog.unnest(coalesce(p_max_attempts, pg_catalog.array_fill(NULL::integer, ARRAY[v_n]))))
            WITH ORDINALITY AS u(channel, payload, run_at, delay, priority, dedup_key, max_attempts, ord)
-     WHERE u.channel IS NULL OR char_length(u.channel) NOT BETWEEN 1 AND 200
+     WHERE u.channel IS NULL OR pg_catalog.char_length(u.channel) NOT BETWEEN 1 AND 200 OR u.channel !~ '\S'
         OR u.payload IS NULL
         OR coalesce(u.max_attempts, p_default_max_attempts) IS NULL
         OR coalesce(u.max_attempts, p_default_max_attempts) NOT BETWEEN 1 AND 1000
-        OR (u.dedup_key IS NOT NULL AND char_length(u.dedup_key) NOT BETWEEN 1 AND 200)
+        OR (u.dedup_key IS NOT NULL AND pg_catalog.char_length(u.dedup_key) NOT BETWEEN 1 AND 200)
         OR coalesce(u.priority, 0) NOT BETWEEN 0 AND 100
-        OR u.delay < 0
+        OR u.delay NOT BETWEEN 0 AND 3155760000000
+        OR u.run_at NOT BETWEEN 0 AND v_now + 3155760000000
         OR (u.run_at IS NOT NULL AND u.delay IS NOT NULL)
         OR (coalesce(u.priority, 0) > 0 AND coalesce(u.run_at, v_now + coalesce(u.delay, 0)) > v_now)
      ORDER BY u.ord
      LIMIT 1;
     IF FOUND THEN
-        IF v_bad.channel IS NULL OR char_length(v_bad.channel) NOT BETWEEN 1 AND 200 THEN
-            PERFORM lonnymq_raise_invalid_v1(format('items[%s].channel', v_bad.ord - 1),
-                'must be 1 to 200 characters', quote_nullable(v_bad.channel));
+        IF v_bad.channel IS NULL OR pg_catalog.char_length(v_bad.channel) NOT BETWEEN 1 AND 200
+           OR v_bad.channel !~ '\S' THEN
+            PERFORM lonnymq_raise_invalid_v1(pg_catalog.format('items[%s].channel', v_bad.ord - 1),
+                'must be 1 to 200 characters, not only blanks', pg_catalog.quote_nullable(v_bad.channel));
         ELSIF v_bad.payload IS NULL THEN
-            PERFORM lonnymq_raise_invalid_v1(format('items[%s].payload', v_bad.ord - 1), 'must not be null', NULL);
+            PERFORM lonnymq_raise_invalid_v1(pg_catalog.format('items[%s].payload', v_bad.ord - 1), 'must not be null', NULL);
         ELSIF coalesce(v_bad.max_attempts, p_default_max_attempts) IS NULL
               OR coalesce(v_bad.max_attempts, p_default_max_attempts) NOT BETWEEN 1 AND 1000 THEN
-            PERFORM lonnymq_raise_invalid_v1(format('items[%s].max_attempts', v_bad.ord - 1),
+            PERFORM lonnymq_raise_invalid_v1(pg_catalog.format('items[%s].max_attempts', v_bad.ord - 1),
                 'must be between 1 and 1000', coalesce(v_bad.max_attempts, p_default_max_attempts)::text);
-        ELSIF v_bad.dedup_key IS NOT NULL AND char_length(v_bad.dedup_key) NOT BETWEEN 1 AND 200 THEN
-            PERFORM lonnymq_raise_invalid_v1(format('items[%s].dedup_key', v_bad.ord - 1),
-                'must be 1 to 200 characters', quote_literal(v_bad.dedup_key));
+        ELSIF v_bad.dedup_key IS NOT NULL AND pg_catalog.char_length(v_bad.dedup_key) NOT BETWEEN 1 AND 200 THEN
+            PERFORM lonnymq_raise_invalid_v1(pg_catalog.format('items[%s].dedup_key', v_bad.ord - 1),
+                'must be 1 to 200 characters', pg_catalog.quote_literal(v_bad.dedup_key));
         ELSE
             -- Priority, delay or run time: the same checks and errors as a single enqueue.
             PERFORM lonnymq_dequeue_at_v1(v_now, v_bad.run_at, v_bad.delay, coalesce(v_bad.priority, 0),
@@ -588,22 +684,22 @@ BEGIN
     -- enqueue into this channel is in flight"). The lookup is a join: "name = ANY (array)"
     -- would, in the generic plan, test every channel of the queue against the whole batch.
     INSERT INTO lonnymq_channel (queue, name)
-    SELECT DISTINCT p_queue, u.name FROM unnest(p_channels) AS u(name)
+    SELECT DISTINCT p_queue, u.name FROM pg_catalog.unnest(p_channels) AS u(name)
      WHERE NOT EXISTS (SELECT 1 FROM lonnymq_channel c WHERE c.queue = p_queue AND c.name = u.name)
      ORDER BY 2
     ON CONFLICT (queue, name) DO NOTHING;
-    SELECT array_agg(c.id ORDER BY c.id) FILTER (WHERE c.id IS NOT NULL),
-           array_agg(c.name ORDER BY c.id) FILTER (WHERE c.id IS NOT NULL),
-           count(*) - count(c.id)
+    SELECT pg_catalog.array_agg(c.id ORDER BY c.id) FILTER (WHERE c.id IS NOT NULL),
+           pg_catalog.array_agg(c.name ORDER BY c.id) FILTER (WHERE c.id IS NOT NULL),
+           pg_catalog.count(*) - pg_catalog.count(c.id)
       INTO v_channel_ids, v_channel_names, v_missing
-      FROM (SELECT DISTINCT u.name FROM unnest(p_channels) AS u(name)) u
+      FROM (SELECT DISTINCT u.name FROM pg_catalog.unnest(p_channels) AS u(name)) u
       LEFT JOIN lonnymq_channel c ON c.queue = p_queue AND c.name = u.name;
     IF v_missing > 0 THEN
         RAISE EXCEPTION 'a channel of queue % was created concurrently; retry the transaction', p_queue
             USING ERRCODE = '40001';
     END IF;
-    PERFORM pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(f.id))
-       FROM unnest(v_channel_ids) AS f(id) ORDER BY f.id;
+    PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(f.id))
+       FROM pg_catalog.unnest(v_channel_ids) AS f(id) ORDER BY f.id;
 
     -- One statement: stage the rows in memory with their ids drawn in input order (the sorted
     -- subquery), so a batch keeps FIFO within a channel; claim the dedup keys in (channel,
@@ -611,20 +707,21 @@ BEGIN
     -- was claimed or that have none; report each channel's earliest new message for the wake.
     -- dequeue_at is lonnymq_dequeue_at_v1's rule, inlined (every row is valid by now).
     WITH rows AS MATERIALIZED (
-        SELECT s.*, nextval('lonnymq_message_id_seq') AS new_id
+        SELECT s.*, pg_catalog.nextval('lonnymq_message_id_seq') AS new_id
           FROM (SELECT u.ord, f.id AS channel_id, u.payload,
                        coalesce(u.run_at, v_now + coalesce(u.delay, 0))
                            - coalesce(u.priority, 0)::bigint * p_priority_step_ms AS dequeue_at,
                        coalesce(u.priority, 0) AS priority, u.dedup_key,
                        coalesce(u.max_attempts, p_default_max_attempts) AS max_attempts
-                  FROM unnest(p_channels, p_payloads,
-                              coalesce(p_run_at_ms, array_fill(NULL::bigint, ARRAY[v_n])),
-                              coalesce(p_delay_ms, array_fill(NULL::bigint, ARRAY[v_n])),
-                              coalesce(p_priorities, array_fill(NULL::integer, ARRAY[v_n])),
-                              coalesce(p_dedup_keys, array_fill(NULL::text, ARRAY[v_n])),
-                              coalesce(p_max_attempts, array_fill(NULL::integer, ARRAY[v_n])))
+                  FROM ROWS FROM (pg_catalog.unnest(p_channels),
+                                  pg_catalog.unnest(p_payloads),
+                                  pg_catalog.unnest(coalesce(p_run_at_ms, pg_catalog.array_fill(NULL::bigint, ARRAY[v_n]))),
+                                  pg_catalog.unnest(coalesce(p_delay_ms, pg_catalog.array_fill(NULL::bigint, ARRAY[v_n]))),
+                                  pg_catalog.unnest(coalesce(p_priorities, pg_catalog.array_fill(NULL::integer, ARRAY[v_n]))),
+                                  pg_catalog.unnest(coalesce(p_dedup_keys, pg_catalog.array_fill(NULL::text, ARRAY[v_n]))),
+                                  pg_catalog.unnest(coalesce(p_max_attempts, pg_catalog.array_fill(NULL::integer, ARRAY[v_n]))))
                        WITH ORDINALITY AS u(channel, payload, run_at, delay, priority, dedup_key, max_attempts, ord)
-                  JOIN unnest(v_channel_ids, v_channel_names) AS f(id, name) ON f.name = u.channel
+                  JOIN ROWS FROM (pg_catalog.unnest(v_channel_ids), pg_catalog.unnest(v_channel_names)) AS f(id, name) ON f.name = u.channel
                  ORDER BY u.ord) s
     ), claimed AS (
         INSERT INTO lonnymq_dedup (channel_id, dedup_key, message_id)
@@ -641,27 +738,33 @@ BEGIN
          WHERE r.dedup_key IS NULL OR r.new_id IN (SELECT c.message_id FROM claimed c)
         RETURNING id, channel_id, dequeue_at
     ), woken AS (
-        SELECT i.channel_id, min(i.dequeue_at) AS at FROM inserted i GROUP BY i.channel_id
+        SELECT i.channel_id, pg_catalog.min(i.dequeue_at) AS at FROM inserted i GROUP BY i.channel_id
     )
-    SELECT (SELECT array_agg(r.new_id ORDER BY r.ord) FROM rows r),
-           (SELECT array_agg(r.channel_id ORDER BY r.ord) FROM rows r),
-           (SELECT array_agg(i.id) FROM inserted i),
-           (SELECT array_agg(w.channel_id ORDER BY w.channel_id) FROM woken w),
-           (SELECT array_agg(w.at ORDER BY w.channel_id) FROM woken w)
+    SELECT (SELECT pg_catalog.array_agg(r.new_id ORDER BY r.ord) FROM rows r),
+           (SELECT pg_catalog.array_agg(r.channel_id ORDER BY r.ord) FROM rows r),
+           (SELECT pg_catalog.array_agg(i.id) FROM inserted i),
+           (SELECT pg_catalog.array_agg(w.channel_id ORDER BY w.channel_id) FROM woken w),
+           (SELECT pg_catalog.array_agg(w.at ORDER BY w.channel_id) FROM woken w)
       INTO v_ids, v_row_channels, v_inserted_ids, v_wake_ids, v_wake_ats;
 
     -- Rows whose key was already taken (earlier, by a concurrent batch, or by an earlier row
     -- of this one) get the existing id: one index probe each, in a new statement that sees
-    -- the commits ON CONFLICT waited for.
-    IF coalesce(cardinality(v_inserted_ids), 0) < v_n THEN
-        SELECT array_agg(CASE WHEN i.id IS NOT NULL OR x.dedup_key IS NULL THEN x.id
-                              ELSE coalesce((SELECT d.message_id FROM lonnymq_dedup d
-                                              WHERE d.channel_id = x.channel_id
-                                                AND d.dedup_key = x.dedup_key), x.id)
+    -- the commits ON CONFLICT waited for. A key whose row vanished meanwhile (its holder
+    -- rolled back, or it was cancelled or pruned) has no id to give: like a single enqueue,
+    -- the batch fails with a serialization error, for the caller to retry.
+    IF coalesce(pg_catalog.cardinality(v_inserted_ids), 0) < v_n THEN
+        SELECT pg_catalog.array_agg(CASE WHEN i.id IS NOT NULL OR x.dedup_key IS NULL THEN x.id
+                              ELSE (SELECT d.message_id FROM lonnymq_dedup d
+                                     WHERE d.channel_id = x.channel_id AND d.dedup_key = x.dedup_key)
                          END ORDER BY x.ord)
           INTO v_ids
-          FROM unnest(v_ids, v_row_channels, p_dedup_keys) WITH ORDINALITY AS x(id, channel_id, dedup_key, ord)
-          LEFT JOIN unnest(v_inserted_ids) AS i(id) ON i.id = x.id;
+          FROM ROWS FROM (pg_catalog.unnest(v_ids), pg_catalog.unnest(v_row_channels), pg_catalog.unnest(p_dedup_keys)) WITH ORDINALITY AS x(id, channel_id, dedup_key, ord)
+          LEFT JOIN pg_catalog.unnest(v_inserted_ids) AS i(id) ON i.id = x.id;
+        IF pg_catalog.array_position(v_ids, NULL::bigint) IS NOT NULL THEN
+            RAISE EXCEPTION 'dedup key % was taken concurrently; retry the transaction',
+                p_dedup_keys[pg_catalog.array_position(v_ids, NULL::bigint)]
+                USING ERRCODE = '40001';
+        END IF;
     END IF;
 
     IF v_wake_ids IS NOT NULL THEN
@@ -692,10 +795,12 @@ CREATE FUNCTION lonnymq_dequeue_v1(
     id bigint, channel text, payload jsonb, attempts integer, max_attempts integer,
     priority smallint, dedup_key text, enqueued_at timestamptz, lease_token uuid, lease_until bigint
 )
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 DECLARE
     v_now         bigint;
-    v_token       uuid := gen_random_uuid();
+    v_token       uuid := pg_catalog.gen_random_uuid();
     v_turn_base   bigint;
     v_ch_ids      bigint[];
     v_ch_names    text[];
@@ -715,16 +820,16 @@ DECLARE
     v_head        bigint;
     v_floor       bigint;
 BEGIN
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
-        RAISE EXCEPTION 'dequeue needs READ COMMITTED, the session runs %', current_setting('transaction_isolation')
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'dequeue needs READ COMMITTED, the session runs %', pg_catalog.current_setting('transaction_isolation')
             USING ERRCODE = 'LQ006';
     END IF;
     IF p_batch_size IS NULL OR p_batch_size NOT BETWEEN 1 AND 10000 THEN
         PERFORM lonnymq_raise_invalid_v1('batch_size', 'must be between 1 and 10000', p_batch_size::text);
     END IF;
-    IF p_lease_ms IS NULL OR p_lease_ms < 1 THEN
-        PERFORM lonnymq_raise_invalid_v1('lease', 'must be positive', p_lease_ms::text);
-    END IF;
+    PERFORM lonnymq_check_range_v1('lease', p_lease_ms, 1::bigint, 86400000::bigint, false);
+    PERFORM lonnymq_check_range_v1('tolerance', p_tolerance_ms, 0::bigint, 86400000::bigint, false);
+    PERFORM lonnymq_check_range_v1('recheck', p_recheck_ms, 0::bigint, 86400000::bigint, false);
     v_now := lonnymq_now_ms_v1();
 
     -- 1. Pick channels whose turn has come, in round-robin order; skip those another
@@ -734,17 +839,17 @@ BEGIN
     --    ("while locking updated version of tuple"): two dequeuers can then wait on each
     --    other until deadlock_timeout (1 s) kills one. A short lock timeout turns that into
     --    an empty batch after 20 ms; the worker simply asks again.
-    v_lock_timeout := current_setting('lock_timeout');
-    PERFORM set_config('lock_timeout', '20ms', true);
+    v_lock_timeout := pg_catalog.current_setting('lock_timeout');
+    PERFORM pg_catalog.set_config('lock_timeout', '20ms', true);
     BEGIN
         -- 0. Producers' committed wake-up marks lower their channels' next turn first.
         IF EXISTS (SELECT 1 FROM lonnymq_wake w WHERE w.queue = p_queue) THEN
             PERFORM lonnymq_apply_marks_v1(p_queue, p_tolerance_ms);
         END IF;
-        SELECT array_agg(p.id ORDER BY p.next_dequeue_at, p.turn),
-               array_agg(p.name ORDER BY p.next_dequeue_at, p.turn),
-               array_agg(p.room ORDER BY p.next_dequeue_at, p.turn),
-               array_agg(p.id) FILTER (WHERE p.max_concurrency IS NOT NULL)
+        SELECT pg_catalog.array_agg(p.id ORDER BY p.next_dequeue_at, p.turn),
+               pg_catalog.array_agg(p.name ORDER BY p.next_dequeue_at, p.turn),
+               pg_catalog.array_agg(p.room ORDER BY p.next_dequeue_at, p.turn),
+               pg_catalog.array_agg(p.id) FILTER (WHERE p.max_concurrency IS NOT NULL)
           INTO v_ch_ids, v_ch_names, v_quotas, v_limited
           FROM (
             SELECT c.id, c.name, c.next_dequeue_at, c.turn, c.max_concurrency,
@@ -762,25 +867,25 @@ BEGIN
                FOR NO KEY UPDATE OF c SKIP LOCKED
           ) p;
     EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
-        PERFORM set_config('lock_timeout', v_lock_timeout, true);
+        PERFORM pg_catalog.set_config('lock_timeout', v_lock_timeout, true);
         RETURN;
     END;
-    PERFORM set_config('lock_timeout', v_lock_timeout, true);
-    v_n := coalesce(cardinality(v_ch_ids), 0);
+    PERFORM pg_catalog.set_config('lock_timeout', v_lock_timeout, true);
+    v_n := coalesce(pg_catalog.cardinality(v_ch_ids), 0);
     IF v_n = 0 THEN
         RETURN;
     END IF;
-    v_share := ceil(p_batch_size::numeric / v_n)::integer;
+    v_share := pg_catalog.ceil(p_batch_size::numeric / v_n::numeric)::integer;
 
     -- 2. Candidate messages: each picked channel's first ready ones, then cut the batch in
     --    round-robin order (rank within channel, then pick order).
-    SELECT array_agg(x.id ORDER BY x.rank, x.ord), array_agg(x.ord ORDER BY x.rank, x.ord)
+    SELECT pg_catalog.array_agg(x.id ORDER BY x.rank, x.ord), pg_catalog.array_agg(x.ord ORDER BY x.rank, x.ord)
       INTO v_msg_ids, v_msg_ords
       FROM (
         SELECT m.id, m.rank, p.ord
-          FROM unnest(v_ch_ids, v_quotas) WITH ORDINALITY AS p(channel_id, room, ord)
+          FROM ROWS FROM (pg_catalog.unnest(v_ch_ids), pg_catalog.unnest(v_quotas)) WITH ORDINALITY AS p(channel_id, room, ord)
           CROSS JOIN LATERAL (
-              SELECT q.id, row_number() OVER (ORDER BY q.dequeue_at, q.id) AS rank
+              SELECT q.id, pg_catalog.row_number() OVER (ORDER BY q.dequeue_at, q.id) AS rank
                 FROM (SELECT mm.id, mm.dequeue_at
                         FROM lonnymq_message mm
                        WHERE mm.channel_id = p.channel_id
@@ -809,13 +914,13 @@ BEGIN
     --    its release interval when it released something.
     --    Leased per channel comes from step 2's pick ordinals: probing the message table
     --    with the id array once per channel cost 100 x 100 index probes per call.
-    SELECT array_agg(p.channel_id ORDER BY p.ord),
-           array_agg(h.dequeue_at ORDER BY p.ord),
-           array_agg(c.last_dequeue_at + c.release_interval_ms ORDER BY p.ord),
-           array_agg(coalesce(cardinality(array_positions(v_msg_ords, p.ord)), 0) ORDER BY p.ord),
-           array_agg(c.release_interval_ms ORDER BY p.ord)
+    SELECT pg_catalog.array_agg(p.channel_id ORDER BY p.ord),
+           pg_catalog.array_agg(h.dequeue_at ORDER BY p.ord),
+           pg_catalog.array_agg(c.last_dequeue_at + c.release_interval_ms ORDER BY p.ord),
+           pg_catalog.array_agg(coalesce(pg_catalog.cardinality(pg_catalog.array_positions(v_msg_ords, p.ord)), 0) ORDER BY p.ord),
+           pg_catalog.array_agg(c.release_interval_ms ORDER BY p.ord)
       INTO v_next_ids, v_next_at, v_next_last, v_next_leased, v_intervals
-      FROM unnest(v_ch_ids) WITH ORDINALITY AS p(channel_id, ord)
+      FROM pg_catalog.unnest(v_ch_ids) WITH ORDINALITY AS p(channel_id, ord)
       -- "= ANY" gives the planner an index path (a plain join to unnest() is planned as a
       -- hash join over a sequential scan of every channel).
       JOIN lonnymq_channel c ON c.id = p.channel_id AND c.id = ANY (v_ch_ids)
@@ -835,7 +940,7 @@ BEGIN
         IF v_head IS NULL OR greatest(v_head, v_floor) > v_floor + p_tolerance_ms THEN
             -- Parking the channel, or moving it far ahead: only when no enqueue into it is
             -- in flight, and only after a second look with a snapshot taken after the lock.
-            IF pg_try_advisory_xact_lock(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_next_ids[i])) THEN
+            IF pg_catalog.pg_try_advisory_xact_lock(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_next_ids[i])) THEN
                 SELECT mm.dequeue_at INTO v_head FROM lonnymq_message mm
                  WHERE mm.channel_id = v_next_ids[i] AND mm.lease_until IS NULL
                  ORDER BY mm.dequeue_at, mm.id LIMIT 1;
@@ -851,14 +956,14 @@ BEGIN
         END IF;
     END LOOP;
 
-    v_turn_base := nextval('lonnymq_turn_seq') * 100000;
+    v_turn_base := pg_catalog.nextval('lonnymq_turn_seq') * 100000;
     UPDATE lonnymq_channel c
        SET next_dequeue_at = u.next_at,
            turn = v_turn_base + u.ord,
            last_dequeue_at = CASE WHEN u.leased > 0 THEN v_now ELSE c.last_dequeue_at END,
            released_total = c.released_total + u.leased,
            in_flight = c.in_flight + CASE WHEN c.max_concurrency IS NOT NULL THEN u.leased ELSE 0 END
-      FROM unnest(v_next_ids, v_next_at, v_next_leased) WITH ORDINALITY AS u(channel_id, next_at, leased, ord)
+      FROM ROWS FROM (pg_catalog.unnest(v_next_ids), pg_catalog.unnest(v_next_at), pg_catalog.unnest(v_next_leased)) WITH ORDINALITY AS u(channel_id, next_at, leased, ord)
      WHERE c.id = u.channel_id AND c.id = ANY (v_next_ids);
 
     IF v_msg_ids IS NULL THEN
@@ -867,7 +972,7 @@ BEGIN
     RETURN QUERY
         SELECT m.id, ch.name, m.payload, m.attempts, m.max_attempts, m.priority, m.dedup_key,
                m.enqueued_at, m.lease_token, m.lease_until
-          FROM unnest(v_msg_ids) WITH ORDINALITY AS o(id, pos)
+          FROM pg_catalog.unnest(v_msg_ids) WITH ORDINALITY AS o(id, pos)
           JOIN lonnymq_message m ON m.id = o.id
           JOIN lonnymq_channel ch ON ch.id = m.channel_id
          ORDER BY o.pos;
@@ -877,8 +982,10 @@ $$;
 -- The earliest time any eligible channel of these queues may release (NULL: none queued).
 -- Idle workers sleep until then, or until a notification wakes them.
 CREATE FUNCTION lonnymq_next_due_v1(p_queues text[]) RETURNS bigint
-LANGUAGE sql STABLE AS $$
-    SELECT min(x.at) FROM unnest(p_queues) AS q(name)
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT pg_catalog.min(x.at) FROM pg_catalog.unnest(p_queues) AS q(name)
     CROSS JOIN LATERAL (
         (SELECT c.next_dequeue_at AS at FROM lonnymq_channel c
           WHERE c.queue = q.name
@@ -899,14 +1006,16 @@ $$;
 -- Give back the concurrency slots of leases that took one, locking channels in id order.
 -- Notifies when a channel at its cap gets room again.
 CREATE FUNCTION lonnymq_give_back_slots_v1(p_channel_ids bigint[]) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 DECLARE
     v_row    record;
     v_queue  text;
     v_reopen boolean;
 BEGIN
     FOR v_row IN
-        SELECT u.channel_id, count(*)::integer AS n FROM unnest(p_channel_ids) AS u(channel_id)
+        SELECT u.channel_id, pg_catalog.count(*)::integer AS n FROM pg_catalog.unnest(p_channel_ids) AS u(channel_id)
          GROUP BY u.channel_id ORDER BY u.channel_id
     LOOP
         UPDATE lonnymq_channel c SET in_flight = greatest(c.in_flight - v_row.n, 0)
@@ -916,7 +1025,7 @@ BEGIN
                   AND c.next_dequeue_at IS NOT NULL AND NOT c.paused
              INTO v_queue, v_reopen;
         IF v_reopen THEN
-            PERFORM pg_notify('lonnymq_wakeup', v_queue);
+            PERFORM pg_catalog.pg_notify('lonnymq_wakeup', v_queue);
         END IF;
     END LOOP;
 END
@@ -925,21 +1034,25 @@ $$;
 -- Acknowledge processed messages: delete them. Returns the ids acked; an id missing from the
 -- result had a stale token (its lease expired and was taken over) or no longer exists.
 CREATE FUNCTION lonnymq_ack_v1(p_ids bigint[], p_tokens uuid[]) RETURNS bigint[]
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 DECLARE
     v_acked bigint[];
     v_slots bigint[];
 BEGIN
-    IF coalesce(cardinality(p_ids), 0) <> coalesce(cardinality(p_tokens), 0) THEN
-        PERFORM lonnymq_raise_invalid_v1('tokens', 'must have one token per id', cardinality(p_tokens)::text);
+    PERFORM lonnymq_check_list_v1('ids', pg_catalog.array_ndims(p_ids));
+    PERFORM lonnymq_check_list_v1('tokens', pg_catalog.array_ndims(p_tokens));
+    IF coalesce(pg_catalog.cardinality(p_ids), 0) <> coalesce(pg_catalog.cardinality(p_tokens), 0) THEN
+        PERFORM lonnymq_raise_invalid_v1('tokens', 'must have one token per id', pg_catalog.cardinality(p_tokens)::text);
     END IF;
     WITH gone AS (
         DELETE FROM lonnymq_message m
          WHERE m.id = ANY (p_ids)
-           AND (m.id, m.lease_token) IN (SELECT u.id, u.token FROM unnest(p_ids, p_tokens) AS u(id, token))
+           AND (m.id, m.lease_token) IN (SELECT u.id, u.token FROM ROWS FROM (pg_catalog.unnest(p_ids), pg_catalog.unnest(p_tokens)) AS u(id, token))
         RETURNING m.id, m.channel_id, m.slot_taken
     )
-    SELECT coalesce(array_agg(g.id), ARRAY[]::bigint[]), array_agg(g.channel_id) FILTER (WHERE g.slot_taken)
+    SELECT coalesce(pg_catalog.array_agg(g.id), ARRAY[]::bigint[]), pg_catalog.array_agg(g.channel_id) FILTER (WHERE g.slot_taken)
       INTO v_acked, v_slots FROM gone g;
     IF v_slots IS NOT NULL THEN
         PERFORM lonnymq_give_back_slots_v1(v_slots);
@@ -950,30 +1063,34 @@ $$;
 
 -- Extend leases (heartbeat). Returns the ids extended; a missing id lost its lease.
 CREATE FUNCTION lonnymq_extend_v1(p_ids bigint[], p_tokens uuid[], p_lease_ms bigint) RETURNS bigint[]
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 DECLARE
     v_ids bigint[];
 BEGIN
-    IF p_lease_ms IS NULL OR p_lease_ms < 1 THEN
-        PERFORM lonnymq_raise_invalid_v1('lease', 'must be positive', p_lease_ms::text);
-    END IF;
-    IF coalesce(cardinality(p_ids), 0) <> coalesce(cardinality(p_tokens), 0) THEN
-        PERFORM lonnymq_raise_invalid_v1('tokens', 'must have one token per id', cardinality(p_tokens)::text);
+    PERFORM lonnymq_check_range_v1('lease', p_lease_ms, 1::bigint, 86400000::bigint, false);
+    PERFORM lonnymq_check_list_v1('ids', pg_catalog.array_ndims(p_ids));
+    PERFORM lonnymq_check_list_v1('tokens', pg_catalog.array_ndims(p_tokens));
+    IF coalesce(pg_catalog.cardinality(p_ids), 0) <> coalesce(pg_catalog.cardinality(p_tokens), 0) THEN
+        PERFORM lonnymq_raise_invalid_v1('tokens', 'must have one token per id', pg_catalog.cardinality(p_tokens)::text);
     END IF;
     WITH ext AS (
         UPDATE lonnymq_message m SET lease_until = lonnymq_now_ms_v1() + p_lease_ms
          WHERE m.id = ANY (p_ids)
-           AND (m.id, m.lease_token) IN (SELECT u.id, u.token FROM unnest(p_ids, p_tokens) AS u(id, token))
+           AND (m.id, m.lease_token) IN (SELECT u.id, u.token FROM ROWS FROM (pg_catalog.unnest(p_ids), pg_catalog.unnest(p_tokens)) AS u(id, token))
         RETURNING m.id
     )
-    SELECT coalesce(array_agg(ext.id), ARRAY[]::bigint[]) INTO v_ids FROM ext;
+    SELECT coalesce(pg_catalog.array_agg(ext.id), ARRAY[]::bigint[]) INTO v_ids FROM ext;
     RETURN v_ids;
 END
 $$;
 
 -- Move locked, leased messages to the dead-letter table and give their slots back.
 CREATE FUNCTION lonnymq_bury_v1(p_ids bigint[], p_reason text, p_error text) RETURNS integer
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 DECLARE
     v_slots bigint[];
     v_n integer;
@@ -989,7 +1106,7 @@ BEGIN
           FROM gone g JOIN lonnymq_channel c ON c.id = g.channel_id
         RETURNING 1
     )
-    SELECT array_agg(g.channel_id) FILTER (WHERE g.slot_taken), (SELECT count(*) FROM dead)
+    SELECT pg_catalog.array_agg(g.channel_id) FILTER (WHERE g.slot_taken), (SELECT pg_catalog.count(*) FROM dead)
       INTO v_slots, v_n FROM gone g;
     IF v_slots IS NOT NULL THEN
         PERFORM lonnymq_give_back_slots_v1(v_slots);
@@ -1003,7 +1120,9 @@ $$;
 CREATE FUNCTION lonnymq_unlease_v1(
     p_ids bigint[], p_dequeue_ats bigint[], p_error text, p_uncount boolean, p_tolerance_ms bigint
 ) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 DECLARE
     v_slots bigint[];
     v_ch    record;
@@ -1013,27 +1132,27 @@ BEGIN
     PERFORM 1 FROM lonnymq_channel c
       WHERE c.id IN (SELECT m.channel_id FROM lonnymq_message m WHERE m.id = ANY (p_ids))
       ORDER BY c.id FOR NO KEY UPDATE;
-    SELECT array_agg(m.channel_id) FILTER (WHERE m.slot_taken) INTO v_slots
+    SELECT pg_catalog.array_agg(m.channel_id) FILTER (WHERE m.slot_taken) INTO v_slots
       FROM lonnymq_message m WHERE m.id = ANY (p_ids);
     UPDATE lonnymq_message m
        SET lease_until = NULL, lease_token = NULL, leased_by = NULL, slot_taken = false,
            dequeue_at = u.dequeue_at,
            attempts = CASE WHEN p_uncount THEN greatest(m.attempts - 1, 0) ELSE m.attempts END,
            last_error = coalesce(p_error, m.last_error)
-      FROM unnest(p_ids, p_dequeue_ats) AS u(id, dequeue_at)
+      FROM ROWS FROM (pg_catalog.unnest(p_ids), pg_catalog.unnest(p_dequeue_ats)) AS u(id, dequeue_at)
      WHERE m.id = u.id;
     IF v_slots IS NOT NULL THEN
         PERFORM lonnymq_give_back_slots_v1(v_slots);
     END IF;
     FOR v_ch IN
-        SELECT m.channel_id, min(m.dequeue_at) AS dequeue_at, min(c.queue) AS queue
+        SELECT m.channel_id, pg_catalog.min(m.dequeue_at) AS dequeue_at, pg_catalog.min(c.queue) AS queue
           FROM lonnymq_message m JOIN lonnymq_channel c ON c.id = m.channel_id
          WHERE m.id = ANY (p_ids)
          GROUP BY m.channel_id ORDER BY m.channel_id
     LOOP
-        PERFORM pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_ch.channel_id));
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_ch.channel_id));
         IF lonnymq_wake_v1(v_ch.channel_id, v_ch.dequeue_at, p_tolerance_ms) THEN
-            PERFORM pg_notify('lonnymq_wakeup', v_ch.queue);
+            PERFORM pg_catalog.pg_notify('lonnymq_wakeup', v_ch.queue);
         END IF;
     END LOOP;
 END
@@ -1052,14 +1171,17 @@ CREATE FUNCTION lonnymq_fail_v1(
     p_backoff_max_ms   bigint  DEFAULT 3600000,
     p_tolerance_ms     bigint  DEFAULT 50
 ) RETURNS text
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 DECLARE
     v_msg   record;
     v_delay bigint;
 BEGIN
-    IF p_retry_delay_ms IS NOT NULL AND p_retry_delay_ms < 0 THEN
-        PERFORM lonnymq_raise_invalid_v1('retry_delay', 'must not be negative', p_retry_delay_ms::text);
-    END IF;
+    PERFORM lonnymq_check_range_v1('retry_delay', p_retry_delay_ms, 0::bigint, 3155760000000::bigint, true);
+    PERFORM lonnymq_check_range_v1('backoff_base', p_backoff_base_ms, 0::bigint, 31622400000::bigint, false);
+    PERFORM lonnymq_check_range_v1('backoff_max', p_backoff_max_ms, 0::bigint, 31622400000::bigint, false);
+    PERFORM lonnymq_check_range_v1('tolerance', p_tolerance_ms, 0::bigint, 86400000::bigint, false);
     SELECT m.id, m.attempts, m.max_attempts, m.lease_token INTO v_msg
       FROM lonnymq_message m WHERE m.id = p_id FOR UPDATE;
     IF NOT FOUND THEN
@@ -1078,9 +1200,11 @@ BEGIN
         v_delay := p_retry_delay_ms;
     ELSE
         -- Equal jitter: half the exponential step for sure, the other half at random.
-        v_delay := least(p_backoff_max_ms,
-                         p_backoff_base_ms * power(2, least(v_msg.attempts - 1, 40))::bigint);
-        v_delay := v_delay / 2 + (random() * (v_delay / 2))::bigint;
+        -- In double precision: base * 2^40 would overflow bigint before least() caps it.
+        v_delay := least(p_backoff_max_ms::double precision,
+                         p_backoff_base_ms::double precision
+                         * pg_catalog.power(2::double precision, least(v_msg.attempts - 1, 40)::double precision))::bigint;
+        v_delay := v_delay / 2 + (pg_catalog.random() * (v_delay / 2)::double precision)::bigint;
     END IF;
     PERFORM lonnymq_unlease_v1(ARRAY[p_id], ARRAY[lonnymq_now_ms_v1() + v_delay], p_error, false, p_tolerance_ms);
     RETURN 'retry';
@@ -1091,15 +1215,20 @@ $$;
 -- started them). Returns the ids released.
 CREATE FUNCTION lonnymq_release_v1(p_ids bigint[], p_tokens uuid[], p_tolerance_ms bigint DEFAULT 50)
 RETURNS bigint[]
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 DECLARE
     v_ids bigint[];
     v_ats bigint[];
 BEGIN
-    SELECT array_agg(m.id ORDER BY m.id), array_agg(m.dequeue_at ORDER BY m.id) INTO v_ids, v_ats
+    PERFORM lonnymq_check_list_v1('ids', pg_catalog.array_ndims(p_ids));
+    PERFORM lonnymq_check_list_v1('tokens', pg_catalog.array_ndims(p_tokens));
+    PERFORM lonnymq_check_range_v1('tolerance', p_tolerance_ms, 0::bigint, 86400000::bigint, false);
+    SELECT pg_catalog.array_agg(m.id ORDER BY m.id), pg_catalog.array_agg(m.dequeue_at ORDER BY m.id) INTO v_ids, v_ats
       FROM (SELECT mm.id, mm.dequeue_at FROM lonnymq_message mm
              WHERE mm.id = ANY (p_ids)
-               AND (mm.id, mm.lease_token) IN (SELECT u.id, u.token FROM unnest(p_ids, p_tokens) AS u(id, token))
+               AND (mm.id, mm.lease_token) IN (SELECT u.id, u.token FROM ROWS FROM (pg_catalog.unnest(p_ids), pg_catalog.unnest(p_tokens)) AS u(id, token))
              ORDER BY mm.id FOR UPDATE) m;
     IF v_ids IS NULL THEN
         RETURN ARRAY[]::bigint[];
@@ -1118,7 +1247,9 @@ CREATE FUNCTION lonnymq_reap_v1(
     p_dedup_window_ms  bigint  DEFAULT 86400000,
     p_tolerance_ms     bigint  DEFAULT 50
 ) RETURNS integer
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 DECLARE
     v_now      bigint := lonnymq_now_ms_v1();
     v_channels bigint[];
@@ -1126,6 +1257,9 @@ DECLARE
     v_back     bigint[];
     v_back_at  bigint[];
 BEGIN
+    PERFORM lonnymq_check_range_v1('limit', p_limit::bigint, 1::bigint, 100000::bigint, false);
+    PERFORM lonnymq_check_range_v1('dedup_window', p_dedup_window_ms, 0::bigint, 31622400000::bigint, true);
+    PERFORM lonnymq_check_range_v1('tolerance', p_tolerance_ms, 0::bigint, 86400000::bigint, false);
     -- Expired leases of channels we can lock now without waiting.
     WITH expired AS (
         SELECT m.id, m.channel_id, m.attempts, m.max_attempts, m.dequeue_at
@@ -1140,13 +1274,13 @@ BEGIN
          ORDER BY c.id
            FOR NO KEY UPDATE OF c SKIP LOCKED
     )
-    SELECT array_agg(e.id ORDER BY e.id) FILTER (WHERE e.attempts >= e.max_attempts),
-           array_agg(e.id ORDER BY e.id) FILTER (WHERE e.attempts < e.max_attempts),
-           array_agg(e.dequeue_at ORDER BY e.id) FILTER (WHERE e.attempts < e.max_attempts)
+    SELECT pg_catalog.array_agg(e.id ORDER BY e.id) FILTER (WHERE e.attempts >= e.max_attempts),
+           pg_catalog.array_agg(e.id ORDER BY e.id) FILTER (WHERE e.attempts < e.max_attempts),
+           pg_catalog.array_agg(e.dequeue_at ORDER BY e.id) FILTER (WHERE e.attempts < e.max_attempts)
       INTO v_dead, v_back, v_back_at
       FROM expired e
      WHERE e.channel_id IN (SELECT l.id FROM lockable l WHERE
-               pg_try_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(l.id)));
+               pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(l.id)));
 
     IF v_dead IS NOT NULL THEN
         PERFORM lonnymq_bury_v1(v_dead, 'lease_expired', 'lease expired with no attempts left');
@@ -1159,10 +1293,10 @@ BEGIN
         DELETE FROM lonnymq_dedup d
          WHERE (d.channel_id, d.dedup_key) IN (
              SELECT dd.channel_id, dd.dedup_key FROM lonnymq_dedup dd
-              WHERE dd.created_at < clock_timestamp() - make_interval(secs => p_dedup_window_ms / 1000.0)
+              WHERE dd.created_at < pg_catalog.clock_timestamp() - pg_catalog.make_interval(secs => p_dedup_window_ms::double precision / 1000::double precision)
               LIMIT p_limit * 20 FOR UPDATE SKIP LOCKED);
     END IF;
-    RETURN coalesce(cardinality(v_dead), 0) + coalesce(cardinality(v_back), 0);
+    RETURN coalesce(pg_catalog.cardinality(v_dead), 0) + coalesce(pg_catalog.cardinality(v_back), 0);
 END
 $$;
 
@@ -1175,13 +1309,17 @@ $$;
 CREATE FUNCTION lonnymq_requeue_dead_v1(
     p_ids bigint[], p_reset_attempts boolean DEFAULT true, p_tolerance_ms bigint DEFAULT 50
 ) RETURNS bigint[]
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 DECLARE
     v_now bigint := lonnymq_now_ms_v1();
     v_row record;
     v_ids bigint[] := ARRAY[]::bigint[];
     v_channel_id bigint;
 BEGIN
+    PERFORM lonnymq_check_list_v1('ids', pg_catalog.array_ndims(p_ids));
+    PERFORM lonnymq_check_range_v1('tolerance', p_tolerance_ms, 0::bigint, 86400000::bigint, false);
     -- Channels first (created in name order if missing, then locked in id order), so
     -- requeues and enqueues over several channels take channel locks in one order.
     PERFORM lonnymq_channel_id_v1(x.queue, x.channel) FROM (
@@ -1195,7 +1333,7 @@ BEGIN
         SELECT d.* FROM lonnymq_dead_message d WHERE d.id = ANY (p_ids) ORDER BY d.id FOR UPDATE
     LOOP
         v_channel_id := lonnymq_channel_id_v1(v_row.queue, v_row.channel);
-        PERFORM pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_channel_id));
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_channel_id));
         INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, attempts,
                                      max_attempts, dedup_key, enqueued_at, last_error)
         VALUES (v_row.id, v_channel_id, v_row.payload, v_now, v_row.priority,
@@ -1205,9 +1343,9 @@ BEGIN
                 v_row.dedup_key, v_row.enqueued_at, v_row.last_error);
         DELETE FROM lonnymq_dead_message d WHERE d.id = v_row.id;
         IF lonnymq_wake_v1(v_channel_id, v_now, p_tolerance_ms) THEN
-            PERFORM pg_notify('lonnymq_wakeup', v_row.queue);
+            PERFORM pg_catalog.pg_notify('lonnymq_wakeup', v_row.queue);
         END IF;
-        v_ids := v_ids || v_row.id;
+        v_ids := v_ids OPERATOR(pg_catalog.||) v_row.id;
     END LOOP;
     RETURN v_ids;
 END
@@ -1216,10 +1354,13 @@ $$;
 -- Delete messages that are not in flight (and free their dedup keys). Returns the ids
 -- cancelled; an in-flight message is left alone (its worker will ack or fail it).
 CREATE FUNCTION lonnymq_cancel_v1(p_ids bigint[]) RETURNS bigint[]
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 DECLARE
     v_ids bigint[];
 BEGIN
+    PERFORM lonnymq_check_list_v1('ids', pg_catalog.array_ndims(p_ids));
     WITH gone AS (
         DELETE FROM lonnymq_message m
          WHERE m.id = ANY (p_ids) AND m.lease_token IS NULL
@@ -1228,39 +1369,43 @@ BEGIN
         DELETE FROM lonnymq_dedup d USING gone g
          WHERE d.channel_id = g.channel_id AND d.dedup_key = g.dedup_key AND d.message_id = g.id
     )
-    SELECT coalesce(array_agg(g.id ORDER BY g.id), ARRAY[]::bigint[]) INTO v_ids FROM gone g;
+    SELECT coalesce(pg_catalog.array_agg(g.id ORDER BY g.id), ARRAY[]::bigint[]) INTO v_ids FROM gone g;
     RETURN v_ids;
 END
 $$;
 
 -- Make waiting (scheduled or backed-off) messages ready now. Returns the ids moved.
 CREATE FUNCTION lonnymq_run_now_v1(p_ids bigint[], p_tolerance_ms bigint DEFAULT 50) RETURNS bigint[]
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 DECLARE
     v_now bigint := lonnymq_now_ms_v1();
     v_ids bigint[];
     v_ch  record;
 BEGIN
+    PERFORM lonnymq_check_list_v1('ids', pg_catalog.array_ndims(p_ids));
+    PERFORM lonnymq_check_range_v1('tolerance', p_tolerance_ms, 0::bigint, 86400000::bigint, false);
     FOR v_ch IN
         SELECT DISTINCT m.channel_id, c.queue FROM lonnymq_message m
           JOIN lonnymq_channel c ON c.id = m.channel_id
          WHERE m.id = ANY (p_ids) AND m.lease_token IS NULL ORDER BY m.channel_id
     LOOP
-        PERFORM pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_ch.channel_id));
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_ch.channel_id));
     END LOOP;
     WITH moved AS (
         UPDATE lonnymq_message m SET dequeue_at = v_now
          WHERE m.id = ANY (p_ids) AND m.lease_token IS NULL AND m.dequeue_at > v_now
         RETURNING m.id
     )
-    SELECT coalesce(array_agg(moved.id ORDER BY moved.id), ARRAY[]::bigint[]) INTO v_ids FROM moved;
+    SELECT coalesce(pg_catalog.array_agg(moved.id ORDER BY moved.id), ARRAY[]::bigint[]) INTO v_ids FROM moved;
     FOR v_ch IN
         SELECT DISTINCT m.channel_id, c.queue FROM lonnymq_message m
           JOIN lonnymq_channel c ON c.id = m.channel_id
          WHERE m.id = ANY (v_ids) ORDER BY m.channel_id
     LOOP
         IF lonnymq_wake_v1(v_ch.channel_id, v_now, p_tolerance_ms) THEN
-            PERFORM pg_notify('lonnymq_wakeup', v_ch.queue);
+            PERFORM pg_catalog.pg_notify('lonnymq_wakeup', v_ch.queue);
         END IF;
     END LOOP;
     RETURN v_ids;
@@ -1270,7 +1415,9 @@ $$;
 -- Delete every message of a channel that is not in flight (and free their dedup keys).
 -- Returns how many.
 CREATE FUNCTION lonnymq_purge_channel_v1(p_channel_id bigint) RETURNS integer
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 DECLARE
     v_n integer;
 BEGIN
@@ -1281,36 +1428,63 @@ BEGIN
         DELETE FROM lonnymq_dedup d USING gone g
          WHERE d.channel_id = p_channel_id AND d.dedup_key = g.dedup_key AND d.message_id = g.id
     )
-    SELECT count(*) INTO v_n FROM gone;
+    SELECT pg_catalog.count(*) INTO v_n FROM gone;
     RETURN v_n;
 END
 $$;
 
--- Create or change a channel's limits. NULL p_max_concurrency means unlimited.
--- Setting a limit on a channel that had none starts counting the leases already running, so
--- the limit holds at once. Their message rows are claimed with SKIP LOCKED after the channel
--- row is locked: a message locked right now is being acked, failed or reaped, i.e. leaving
--- flight, and waiting on it could deadlock with an ack (message row, then channel row).
+-- Create a channel or change some of its limits, all three given (the first API's form):
+-- NULL p_max_concurrency means unlimited, NULL p_paused means not paused.
 CREATE FUNCTION lonnymq_configure_channel_v1(
     p_queue text, p_channel text, p_max_concurrency integer, p_release_interval_ms bigint,
     p_paused boolean DEFAULT false
 ) RETURNS bigint
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM lonnymq_check_range_v1('release_interval_ms', p_release_interval_ms, 0::bigint, 31622400000::bigint, false);
+    RETURN lonnymq_configure_channel_v2(p_queue, p_channel, p_max_concurrency, p_max_concurrency IS NULL,
+                                        p_release_interval_ms, coalesce(p_paused, false));
+END
+$$;
+
+-- Create a channel or change the limits given: a NULL argument leaves that limit as it is
+-- (p_unlimited removes the concurrency cap). The channel row is locked before its limits
+-- are read, so an edit of one limit never overwrites a concurrent change of another.
+-- Setting a limit on a channel that had none starts counting the leases already running, so
+-- the limit holds at once. Their message rows are claimed with SKIP LOCKED after the channel
+-- row is locked: a message locked right now is being acked, failed or reaped, i.e. leaving
+-- flight, and waiting on it could deadlock with an ack (message row, then channel row).
+CREATE FUNCTION lonnymq_configure_channel_v2(
+    p_queue text, p_channel text, p_max_concurrency integer DEFAULT NULL, p_unlimited boolean DEFAULT false,
+    p_release_interval_ms bigint DEFAULT NULL, p_paused boolean DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 DECLARE
-    v_id      bigint;
-    v_head    bigint;
-    v_old     lonnymq_channel%ROWTYPE;
-    v_counted integer := 0;
+    v_id       bigint;
+    v_head     bigint;
+    v_old      lonnymq_channel%ROWTYPE;
+    v_counted  integer := 0;
+    v_max      integer;
+    v_interval bigint;
 BEGIN
     IF p_max_concurrency IS NOT NULL AND p_max_concurrency < 1 THEN
         PERFORM lonnymq_raise_invalid_v1('max_concurrency', 'must be positive or null (unlimited)', p_max_concurrency::text);
     END IF;
-    IF p_release_interval_ms IS NULL OR p_release_interval_ms < 0 THEN
-        PERFORM lonnymq_raise_invalid_v1('release_interval_ms', 'must not be negative', p_release_interval_ms::text);
+    IF p_max_concurrency IS NOT NULL AND coalesce(p_unlimited, false) THEN
+        PERFORM lonnymq_raise_invalid_v1('max_concurrency', 'cannot be combined with unlimited', p_max_concurrency::text);
     END IF;
+    PERFORM lonnymq_check_range_v1('release_interval_ms', p_release_interval_ms, 0::bigint, 31622400000::bigint, true);
+    PERFORM lonnymq_check_names_v1(p_queue, p_channel);
     v_id := lonnymq_channel_id_v1(p_queue, p_channel);
     SELECT * INTO v_old FROM lonnymq_channel c WHERE c.id = v_id FOR NO KEY UPDATE;
-    IF v_old.max_concurrency IS NULL AND p_max_concurrency IS NOT NULL THEN
+    v_max := CASE WHEN coalesce(p_unlimited, false) THEN NULL
+                  ELSE coalesce(p_max_concurrency, v_old.max_concurrency) END;
+    v_interval := coalesce(p_release_interval_ms, v_old.release_interval_ms);
+    IF v_old.max_concurrency IS NULL AND v_max IS NOT NULL THEN
         WITH claimed AS (
             UPDATE lonnymq_message m SET slot_taken = true
              WHERE m.id IN (SELECT mm.id FROM lonnymq_message mm
@@ -1318,20 +1492,20 @@ BEGIN
                                FOR UPDATE SKIP LOCKED)
             RETURNING 1
         )
-        SELECT count(*) INTO v_counted FROM claimed;
+        SELECT pg_catalog.count(*) INTO v_counted FROM claimed;
     END IF;
     SELECT mm.dequeue_at INTO v_head FROM lonnymq_message mm
      WHERE mm.channel_id = v_id AND mm.lease_until IS NULL ORDER BY mm.dequeue_at, mm.id LIMIT 1;
     UPDATE lonnymq_channel c
-       SET max_concurrency = p_max_concurrency,
-           release_interval_ms = p_release_interval_ms,
-           paused = coalesce(p_paused, false),
+       SET max_concurrency = v_max,
+           release_interval_ms = v_interval,
+           paused = coalesce(p_paused, c.paused),
            in_flight = c.in_flight + v_counted,
            next_dequeue_at = CASE WHEN v_head IS NULL THEN c.next_dequeue_at
                                   ELSE least(coalesce(c.next_dequeue_at, v_head),
-                                             greatest(v_head, c.last_dequeue_at + p_release_interval_ms)) END
+                                             greatest(v_head, c.last_dequeue_at + v_interval)) END
      WHERE c.id = v_id;
-    PERFORM pg_notify('lonnymq_wakeup', p_queue);
+    PERFORM pg_catalog.pg_notify('lonnymq_wakeup', p_queue);
     RETURN v_id;
 END
 $$;
@@ -1342,7 +1516,9 @@ $$;
 -- channel). The foreign-key check of the delete scans lonnymq_message (no index leads with
 -- channel_id for every row); deleting a channel is rare, so the schema does not pay for one.
 CREATE FUNCTION lonnymq_delete_channel_v1(p_id bigint) RETURNS text
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 DECLARE
     v_id bigint;
 BEGIN
@@ -1352,7 +1528,7 @@ BEGIN
     END IF;
     SELECT c.id INTO v_id FROM lonnymq_channel c WHERE c.id = p_id FOR UPDATE SKIP LOCKED;
     IF v_id IS NULL
-       OR NOT pg_try_advisory_xact_lock(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(p_id)) THEN
+       OR NOT pg_catalog.pg_try_advisory_xact_lock(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(p_id)) THEN
         RETURN 'busy';
     END IF;
     IF EXISTS (SELECT 1 FROM lonnymq_message m WHERE m.channel_id = p_id AND m.lease_until IS NULL)
@@ -1369,11 +1545,19 @@ $$;
 
 -- Delete dead messages for good. Returns the ids deleted.
 CREATE FUNCTION lonnymq_purge_dead_v1(p_ids bigint[]) RETURNS bigint[]
-LANGUAGE sql AS $$
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_ids bigint[];
+BEGIN
+    PERFORM lonnymq_check_list_v1('ids', pg_catalog.array_ndims(p_ids));
     WITH gone AS (
         DELETE FROM lonnymq_dead_message d WHERE d.id = ANY (p_ids) RETURNING d.id
     )
-    SELECT coalesce(array_agg(gone.id ORDER BY gone.id), ARRAY[]::bigint[]) FROM gone
+    SELECT coalesce(pg_catalog.array_agg(gone.id ORDER BY gone.id), ARRAY[]::bigint[]) INTO v_ids FROM gone;
+    RETURN v_ids;
+END
 $$;
 
 -- Scheduler invariants, for tests and the health command. One row per problem:
@@ -1381,31 +1565,38 @@ $$;
 --   stranded: a ready message is due but its channel will not look at it.
 CREATE FUNCTION lonnymq_check_v1(p_grace_ms bigint DEFAULT 1000)
 RETURNS TABLE (channel_id bigint, queue text, channel text, problem text, detail text)
-LANGUAGE sql VOLATILE AS $$
-    SELECT c.id, c.queue, c.name, 'in_flight_mismatch',
-           format('in_flight=%s, slot-taking leases=%s', c.in_flight, coalesce(s.n, 0))
-      FROM lonnymq_channel c
-      LEFT JOIN (SELECT m.channel_id, count(*) AS n FROM lonnymq_message m
-                  WHERE m.slot_taken GROUP BY m.channel_id) s ON s.channel_id = c.id
-     WHERE c.in_flight <> coalesce(s.n, 0)
-    UNION ALL
-    SELECT c.id, c.queue, c.name, 'stranded',
-           format('head due at %s, next_dequeue_at=%s', h.dequeue_at, coalesce(c.next_dequeue_at::text, 'null'))
-      FROM lonnymq_channel c
-      CROSS JOIN LATERAL (SELECT mm.dequeue_at FROM lonnymq_message mm
-                           WHERE mm.channel_id = c.id AND mm.lease_until IS NULL
-                           ORDER BY mm.dequeue_at, mm.id LIMIT 1) h
-     WHERE NOT c.paused
-       AND h.dequeue_at < lonnymq_now_ms_v1() - p_grace_ms
-       -- Its next turn is missing, or later than the head (and the rate limit) need and
-       -- still ahead: a turn that has already come is eligible now, however old the head.
-       AND (c.next_dequeue_at IS NULL
-            OR c.next_dequeue_at > greatest(h.dequeue_at, c.last_dequeue_at + c.release_interval_ms,
-                                            lonnymq_now_ms_v1()) + p_grace_ms)
-       -- A producer's committed wake-up mark is applied by the next dequeue.
-       AND NOT EXISTS (SELECT 1 FROM lonnymq_wake w
-                        WHERE w.channel_id = c.id
-                          AND w.dequeue_at <= greatest(h.dequeue_at, lonnymq_now_ms_v1()) + p_grace_ms)
+LANGUAGE plpgsql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM lonnymq_check_range_v1('grace', p_grace_ms, 0::bigint, 86400000::bigint, false);
+    RETURN QUERY
+        SELECT c.id, c.queue, c.name, 'in_flight_mismatch',
+               pg_catalog.format('in_flight=%s, slot-taking leases=%s', c.in_flight, coalesce(s.n, 0))
+          FROM lonnymq_channel c
+          LEFT JOIN (SELECT m.channel_id, pg_catalog.count(*) AS n FROM lonnymq_message m
+                      WHERE m.slot_taken GROUP BY m.channel_id) s ON s.channel_id = c.id
+         WHERE c.in_flight <> coalesce(s.n, 0)
+        UNION ALL
+        SELECT c.id, c.queue, c.name, 'stranded',
+               pg_catalog.format('head due at %s, next_dequeue_at=%s', h.dequeue_at, coalesce(c.next_dequeue_at::text, 'null'))
+          FROM lonnymq_channel c
+          CROSS JOIN LATERAL (SELECT mm.dequeue_at FROM lonnymq_message mm
+                               WHERE mm.channel_id = c.id AND mm.lease_until IS NULL
+                               ORDER BY mm.dequeue_at, mm.id LIMIT 1) h
+         WHERE NOT c.paused
+           AND h.dequeue_at < lonnymq_now_ms_v1() - p_grace_ms
+           -- Its next turn is missing, or later than the head (and the rate limit) need and
+           -- still ahead: a turn that has already come is eligible now, however old the head.
+           AND (c.next_dequeue_at IS NULL
+                OR c.next_dequeue_at > greatest(h.dequeue_at, c.last_dequeue_at + c.release_interval_ms,
+                                                lonnymq_now_ms_v1()) + p_grace_ms)
+           -- A producer's committed wake-up mark is applied by the next dequeue.
+           AND NOT EXISTS (SELECT 1 FROM lonnymq_wake w
+                            WHERE w.channel_id = c.id
+                              AND w.dequeue_at <= greatest(h.dequeue_at, lonnymq_now_ms_v1()) + p_grace_ms);
+END
 $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -1421,38 +1612,40 @@ $$;
 -- is the sum of the channel rows' counters (read with the channel rows, no extra walk).
 CREATE FUNCTION lonnymq_queue_stats_v1(p_queues text[] DEFAULT NULL)
 RETURNS SETOF lonnymq_queue_sample
-LANGUAGE sql VOLATILE AS $$
+LANGUAGE sql VOLATILE
+SET search_path FROM CURRENT
+AS $$
     WITH now_ms AS (
         SELECT lonnymq_now_ms_v1() AS v
     ), ch AS (
         SELECT c.id, c.queue, c.paused, c.released_total FROM lonnymq_channel c
          WHERE p_queues IS NULL OR c.queue = ANY (p_queues)
     ), waiting AS (
-        SELECT ch.queue, count(*) AS channels, count(*) FILTER (WHERE ch.paused) AS paused_channels,
-               sum(w.ready) AS ready, sum(w.scheduled) AS scheduled, min(w.head) AS head,
-               sum(ch.released_total) AS released_total
+        SELECT ch.queue, pg_catalog.count(*) AS channels, pg_catalog.count(*) FILTER (WHERE ch.paused) AS paused_channels,
+               pg_catalog.sum(w.ready) AS ready, pg_catalog.sum(w.scheduled) AS scheduled, pg_catalog.min(w.head) AS head,
+               pg_catalog.sum(ch.released_total) AS released_total
           FROM ch CROSS JOIN now_ms
           CROSS JOIN LATERAL (
-              SELECT count(*) FILTER (WHERE m.dequeue_at <= now_ms.v) AS ready,
-                     count(*) FILTER (WHERE m.dequeue_at > now_ms.v) AS scheduled,
-                     min(m.dequeue_at) AS head
+              SELECT pg_catalog.count(*) FILTER (WHERE m.dequeue_at <= now_ms.v) AS ready,
+                     pg_catalog.count(*) FILTER (WHERE m.dequeue_at > now_ms.v) AS scheduled,
+                     pg_catalog.min(m.dequeue_at) AS head
                 FROM lonnymq_message m
                WHERE m.channel_id = ch.id AND m.lease_until IS NULL
           ) w
          GROUP BY ch.queue
     ), flying AS (
-        SELECT ch.queue, count(*) AS n
+        SELECT ch.queue, pg_catalog.count(*) AS n
           FROM lonnymq_message m JOIN ch ON ch.id = m.channel_id
          WHERE m.lease_until IS NOT NULL
          GROUP BY ch.queue
     ), dead AS (
-        SELECT d.queue, count(*) AS n FROM lonnymq_dead_message d
+        SELECT d.queue, pg_catalog.count(*) AS n FROM lonnymq_dead_message d
          WHERE p_queues IS NULL OR d.queue = ANY (p_queues)
          GROUP BY d.queue
     ), queues AS (
         SELECT waiting.queue FROM waiting UNION SELECT dead.queue FROM dead
     )
-    SELECT NULL::bigint, q.queue, clock_timestamp(),
+    SELECT NULL::bigint, q.queue, pg_catalog.clock_timestamp(),
            coalesce(w.channels, 0), coalesce(w.paused_channels, 0),
            coalesce(w.ready, 0)::bigint, coalesce(w.scheduled, 0)::bigint,
            coalesce(f.n, 0), coalesce(d.n, 0),
@@ -1471,51 +1664,55 @@ $$;
 -- messages in flight in the whole database (bounded by the workers' capacity).
 CREATE FUNCTION lonnymq_channel_counts_v1(p_ids bigint[], p_cap integer DEFAULT 10000)
 RETURNS TABLE (channel_id bigint, ready bigint, scheduled bigint, in_flight bigint)
-LANGUAGE sql VOLATILE AS $$
+LANGUAGE sql VOLATILE
+SET search_path FROM CURRENT
+AS $$
     WITH now_ms AS (
         SELECT lonnymq_now_ms_v1() AS v
     ), flying AS (
-        SELECT m.channel_id, count(*) AS n FROM lonnymq_message m
+        SELECT m.channel_id, pg_catalog.count(*) AS n FROM lonnymq_message m
          WHERE m.lease_until IS NOT NULL AND m.channel_id = ANY (p_ids)
          GROUP BY m.channel_id
     )
     SELECT p.id,
-           (SELECT count(*) FROM (SELECT 1 FROM lonnymq_message m
+           (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM lonnymq_message m
                                    WHERE m.channel_id = p.id AND m.lease_until IS NULL
                                      AND m.dequeue_at <= now_ms.v
                                    LIMIT p_cap) r),
-           (SELECT count(*) FROM (SELECT 1 FROM lonnymq_message m
+           (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM lonnymq_message m
                                    WHERE m.channel_id = p.id AND m.lease_until IS NULL
                                      AND m.dequeue_at > now_ms.v
                                    LIMIT p_cap) s),
            coalesce(f.n, 0)
-      FROM unnest(p_ids) AS p(id) CROSS JOIN now_ms
+      FROM pg_catalog.unnest(p_ids) AS p(id) CROSS JOIN now_ms
       LEFT JOIN flying f ON f.channel_id = p.id
 $$;
 
 -- Planner's row estimate of a table (pg_class.reltuples): -1 when never analyzed.
 CREATE FUNCTION lonnymq_estimated_rows_v1(p_table regclass) RETURNS bigint
-LANGUAGE sql STABLE AS $$
-    SELECT c.reltuples::bigint FROM pg_class c WHERE c.oid = p_table
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT c.reltuples::bigint FROM pg_catalog.pg_class c WHERE c.oid = p_table
 $$;
 
 -- Record one sample per queue now (its figures and the running sum of released_total) and
 -- drop samples older than p_keep_ms. Returns the rows recorded.
 CREATE FUNCTION lonnymq_record_samples_v1(p_keep_ms bigint DEFAULT 86400000)
 RETURNS SETOF lonnymq_queue_sample
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 BEGIN
-    IF p_keep_ms IS NULL OR p_keep_ms < 1 THEN
-        PERFORM lonnymq_raise_invalid_v1('keep', 'must be positive', p_keep_ms::text);
-    END IF;
+    PERFORM lonnymq_check_range_v1('keep', p_keep_ms, 1::bigint, 31622400000::bigint, false);
     DELETE FROM lonnymq_queue_sample s
-     WHERE s.at < clock_timestamp() - make_interval(secs => p_keep_ms / 1000.0);
+     WHERE s.at < pg_catalog.clock_timestamp() - pg_catalog.make_interval(secs => p_keep_ms::double precision / 1000::double precision);
     RETURN QUERY
         INSERT INTO lonnymq_queue_sample (queue, at, channels, paused_channels, ready, scheduled,
                                           in_flight, dead, oldest_ready_ms, released_total)
         SELECT x.queue, x.at, x.channels, x.paused_channels, x.ready, x.scheduled,
                x.in_flight, x.dead, x.oldest_ready_ms, x.released_total
-          FROM lonnymq_queue_stats_v1(NULL) x
+          FROM lonnymq_queue_stats_v1(NULL::text[]) x
         RETURNING *;
 END
 $$;

@@ -175,6 +175,7 @@ def configure(
             queue=queue,
             channel=channel,
             max_concurrency=max_concurrency,
+            unlimited=max_concurrency is None,
             release_interval_ms=release_interval_ms,
             paused=paused,
         )

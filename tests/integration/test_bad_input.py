@@ -158,7 +158,8 @@ def test_bad_limits_in_configure_channel(nothing_written, kwargs, field):
     [
         ("max_concurrency", 0, "lonnymq_channel_max_concurrency_positive"),
         ("max_concurrency", -3, "lonnymq_channel_max_concurrency_positive"),
-        ("release_interval_ms", -1, "lonnymq_channel_release_interval_nonnegative"),
+        ("release_interval_ms", -1, "lonnymq_channel_release_interval_range"),
+        ("release_interval_ms", 31_622_400_001, "lonnymq_channel_release_interval_range"),
         ("in_flight", -1, "lonnymq_channel_in_flight_nonnegative"),
     ],
 )

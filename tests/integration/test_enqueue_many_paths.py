@@ -121,7 +121,7 @@ def test_a_batch_stores_what_the_same_rows_enqueued_one_by_one_would():
     ("field", "bad", "error"),
     [
         ("priorities", [0, 101, 0], "priority must be between 0 and 100, got 101"),
-        ("delay_ms", [None, None, -5], "delay must not be negative, got -5"),
+        ("delay_ms", [None, None, -5], "delay must be between 0 and 3155760000000, got -5"),
         ("max_attempts", [1, 0, 1], "items[1].max_attempts must be between 1 and 1000"),
         ("dedup_keys", ["a", "", "b"], "items[1].dedup_key must be 1 to 200 characters"),
     ],

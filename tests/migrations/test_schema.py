@@ -36,6 +36,8 @@ RELEASED = {
     "0003_queue_sample.up.sql": "191e58194b42877b5caec8689d6933c97f2f95bf996a7209e5b802884b582c28",
     "0004_set_based_enqueue_many.up.sql": "d2b33ee1d4e56febc8baa0949a165a47c12445899170d37b8a805e27ba4c91a6",
     "0005_single_enqueue_mark_once.up.sql": "9548d4ced8d8e2919b102347e07210f03af7bdac052be3ea816d4c8bcaf9a7d2",
+    "0006_pinned_and_bounded.down.sql": "44250444f155f2a4a6ce6fc0172269851d37619c6a2e9aebe2d7f64398399ad4",
+    "0006_pinned_and_bounded.up.sql": "56df5f9aa29346a055b96b0086f12674e0410e6e730a4c457ca12dd766be7de7",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
@@ -86,7 +88,11 @@ def migrate(dsn: str, target: str) -> None:
     """``manage.py migrate django_lonnymq <target>`` on the database ``dsn`` names."""
     params = conninfo.conninfo_to_dict(dsn)
     url = conftest.test_database_url().rsplit("/", 1)[0] + "/" + str(params["dbname"])
-    env = {"DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "tests.worker_settings", "PYTHONPATH": str(conftest.ROOT)}
+    env = {
+        "DATABASE_URL": url,
+        "DJANGO_SETTINGS_MODULE": "tests.worker_settings",
+        "PYTHONPATH": str(conftest.ROOT),
+    }
     done = subprocess.run(
         [sys.executable, str(conftest.ROOT / "manage.py"), "migrate", "django_lonnymq", target, "-v", "0"],
         cwd=conftest.ROOT,
@@ -108,7 +114,9 @@ def test_schema_file_equals_a_database_migrated_from_zero(scratch_database):
     migrate(migrated, MIGRATIONS[-1])
     expected, got = snapshot(from_file), snapshot(migrated)
     assert len(expected["functions"]) == len(sql.functions(sql.read(sql.SCHEMA_FILE))) >= 30
-    assert {"lonnymq_channel", "lonnymq_message", "lonnymq_dead_message"} <= {t[0] for t in expected["tables"]}
+    assert {"lonnymq_channel", "lonnymq_message", "lonnymq_dead_message"} <= {
+        t[0] for t in expected["tables"]
+    }
     diff = differences(expected, got, "schema.sql", "migrated from zero")
     assert not diff, "sql/schema.sql and the migrations disagree:\n" + "\n".join(diff)
 

@@ -1,0 +1,1471 @@
+-- Frozen history: what this migration ran when it was released (a test pins this file).
+-- The live definition of every table and function is in ../schema.sql.
+--
+-- django-lonnymq 0006: every function pinned and bounded.
+-- - Every function runs with a pinned search_path (SET search_path FROM CURRENT: the app's
+--   schema, then pg_temp; pg_catalog first), calls built-ins as pg_catalog.name(...) and
+--   writes operators between operands of one type, so an object another role plants in a
+--   schema on the path is never run in the app's name.
+-- - Every duration and time an argument carries is bounded (lonnymq_check_range_v1), and the
+--   tables say so in CHECK constraints: no accepted value can overflow a later dequeue.
+--   Values stored before this migration that are out of range are brought into range first.
+-- - Array arguments must be one-dimensional (lonnymq_check_list_v1).
+-- - lonnymq_configure_channel_v2 changes only the limits it is given (v1 sets all three and
+--   now calls v2); lonnymq_enqueue_many_v1 fails with 40001 where a dedup key's row vanished
+--   under it, as lonnymq_enqueue_v1 does, instead of returning an id it never inserted.
+-- - lonnymq_check_v1 and lonnymq_purge_dead_v1 become plpgsql, to check their arguments.
+SELECT pg_catalog.set_config('search_path',
+                             pg_catalog.quote_ident(pg_catalog.current_schema()) || ', pg_temp', true);
+
+UPDATE lonnymq_channel
+   SET release_interval_ms = 31622400000,
+       next_dequeue_at = least(next_dequeue_at, coalesce(last_dequeue_at, 0) + 31622400000)
+ WHERE release_interval_ms > 31622400000;
+UPDATE lonnymq_message
+   SET dequeue_at = greatest(0, least(dequeue_at, 253402300799999))
+ WHERE dequeue_at NOT BETWEEN 0 AND 253402300799999;
+
+ALTER TABLE lonnymq_channel
+    DROP CONSTRAINT lonnymq_channel_release_interval_nonnegative,
+    ADD CONSTRAINT lonnymq_channel_queue_not_blank CHECK (queue ~ '\S'),
+    ADD CONSTRAINT lonnymq_channel_name_not_blank CHECK (name ~ '\S'),
+    ADD CONSTRAINT lonnymq_channel_release_interval_range
+        CHECK (release_interval_ms BETWEEN 0 AND 31622400000);
+ALTER TABLE lonnymq_message
+    ADD CONSTRAINT lonnymq_message_dequeue_at_range CHECK (dequeue_at BETWEEN 0 AND 253402300799999);
+
+CREATE OR REPLACE FUNCTION lonnymq_now_ms_v1() RETURNS bigint
+LANGUAGE sql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+    SELECT (extract(epoch FROM pg_catalog.clock_timestamp()) * 1000::numeric)::bigint
+$$;
+-- Advisory lock key of a channel: (namespace, channel). The fixed namespace keeps these
+-- locks apart from the application's own one-key advisory locks.
+CREATE OR REPLACE FUNCTION lonnymq_lock_ns_v1() RETURNS integer
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT 1280135473 $$;
+CREATE OR REPLACE FUNCTION lonnymq_lock_key_v1(p_channel_id bigint) RETURNS integer
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT (p_channel_id % 2147483647::bigint)::integer $$;
+CREATE OR REPLACE FUNCTION lonnymq_raise_invalid_v1(p_field text, p_rule text, p_value text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RAISE EXCEPTION '% %, got %', p_field, p_rule, coalesce(p_value, 'null')
+        USING ERRCODE = 'LQ001', COLUMN = p_field;
+END
+$$;
+-- A number outside [p_min, p_max] (or NULL where none is allowed) is refused as LQ001.
+-- Every duration and time a caller passes goes through here, so none can overflow later.
+CREATE OR REPLACE FUNCTION lonnymq_check_range_v1(p_field text, p_value bigint, p_min bigint, p_max bigint,
+                                       p_null_ok boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_value IS NULL THEN
+        IF NOT p_null_ok THEN
+            PERFORM lonnymq_raise_invalid_v1(p_field, 'must not be null', NULL::text);
+        END IF;
+    ELSIF p_value < p_min OR p_value > p_max THEN
+        PERFORM lonnymq_raise_invalid_v1(p_field, pg_catalog.format('must be between %s and %s', p_min, p_max),
+                                         p_value::text);
+    END IF;
+END
+$$;
+-- An array argument must be a plain list: PostgreSQL would flatten a 2-D array silently.
+CREATE OR REPLACE FUNCTION lonnymq_check_list_v1(p_field text, p_ndims integer) RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_ndims > 1 THEN
+        PERFORM lonnymq_raise_invalid_v1(p_field, 'must be a one-dimensional array', pg_catalog.format('%s dimensions', p_ndims));
+    END IF;
+END
+$$;
+-- Queue and channel names: 1 to 100 (200) characters, not only blanks.
+CREATE OR REPLACE FUNCTION lonnymq_check_names_v1(p_queue text, p_channel text) RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_queue IS NULL OR pg_catalog.char_length(p_queue) NOT BETWEEN 1 AND 100 OR p_queue !~ '\S' THEN
+        PERFORM lonnymq_raise_invalid_v1('queue', 'must be 1 to 100 characters, not only blanks',
+                                         pg_catalog.quote_nullable(p_queue));
+    END IF;
+    IF p_channel IS NULL OR pg_catalog.char_length(p_channel) NOT BETWEEN 1 AND 200 OR p_channel !~ '\S' THEN
+        PERFORM lonnymq_raise_invalid_v1('channel', 'must be 1 to 200 characters, not only blanks',
+                                         pg_catalog.quote_nullable(p_channel));
+    END IF;
+END
+$$;
+-- When a new message may first be released: a run time or delay, or now minus the priority
+-- credit. Priority with a future run time is refused: the two cannot be folded together.
+CREATE OR REPLACE FUNCTION lonnymq_dequeue_at_v1(
+    p_now bigint, p_run_at_ms bigint, p_delay_ms bigint, p_priority integer, p_priority_step_ms bigint
+) RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_at bigint;
+BEGIN
+    IF p_priority IS NULL OR p_priority NOT BETWEEN 0 AND 100 THEN
+        PERFORM lonnymq_raise_invalid_v1('priority', 'must be between 0 and 100', p_priority::text);
+    END IF;
+    -- At most 100 years ahead, and no run time before 1970: dequeue_at stays a valid time.
+    PERFORM lonnymq_check_range_v1('delay', p_delay_ms, 0::bigint, 3155760000000::bigint, true);
+    PERFORM lonnymq_check_range_v1('run_at', p_run_at_ms, 0::bigint, p_now + 3155760000000::bigint, true);
+    PERFORM lonnymq_check_range_v1('priority_step', p_priority_step_ms, 0::bigint, 86400000::bigint, false);
+    IF p_run_at_ms IS NOT NULL AND p_delay_ms IS NOT NULL THEN
+        PERFORM lonnymq_raise_invalid_v1('run_at', 'cannot be combined with delay', p_run_at_ms::text);
+    END IF;
+    v_at := coalesce(p_run_at_ms, p_now + coalesce(p_delay_ms, 0));
+    IF p_priority > 0 THEN
+        IF v_at > p_now THEN
+            RAISE EXCEPTION 'priority % cannot be combined with a future run time (% ms from now)',
+                p_priority, v_at - p_now
+                USING ERRCODE = 'LQ002', COLUMN = 'priority',
+                      HINT = 'Priority moves a message earlier; a scheduled message has no earlier slot to move to.';
+        END IF;
+        v_at := greatest(v_at - p_priority::bigint * p_priority_step_ms, 0::bigint);
+    END IF;
+    RETURN v_at;
+END
+$$;
+-- Get or create a channel, race-free: concurrent first enqueues agree on one row.
+CREATE OR REPLACE FUNCTION lonnymq_channel_id_v1(p_queue text, p_channel text) RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    SELECT id INTO v_id FROM lonnymq_channel WHERE queue = p_queue AND name = p_channel;
+    IF v_id IS NULL THEN
+        PERFORM lonnymq_check_names_v1(p_queue, p_channel);
+        INSERT INTO lonnymq_channel (queue, name) VALUES (p_queue, p_channel)
+            ON CONFLICT (queue, name) DO NOTHING
+            RETURNING id INTO v_id;
+        IF v_id IS NULL THEN
+            SELECT id INTO v_id FROM lonnymq_channel WHERE queue = p_queue AND name = p_channel;
+        END IF;
+        IF v_id IS NULL THEN
+            RAISE EXCEPTION 'channel %/% was created concurrently; retry the transaction', p_queue, p_channel
+                USING ERRCODE = '40001';
+        END IF;
+    END IF;
+    RETURN v_id;
+END
+$$;
+-- Make sure a channel will look at a message that becomes ready at p_dequeue_at.
+-- Lowers next_dequeue_at only when it must (more than p_tolerance_ms later than needed), so
+-- enqueues into a busy channel take no row lock. The caller holds the channel's shared
+-- advisory lock (see docs/locking.md). Under REPEATABLE READ or SERIALIZABLE the lowering is
+-- unconditional: the row lock then keeps dequeuers from parking the channel until commit.
+CREATE OR REPLACE FUNCTION lonnymq_wake_v1(p_channel_id bigint, p_dequeue_at bigint, p_tolerance_ms bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
+        UPDATE lonnymq_channel c
+           SET next_dequeue_at = greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms),
+               turn = pg_catalog.nextval('lonnymq_turn_seq') * 100000
+         WHERE c.id = p_channel_id
+           AND (c.next_dequeue_at IS NULL
+                OR c.next_dequeue_at > greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms)
+                                       + p_tolerance_ms);
+    ELSE
+        UPDATE lonnymq_channel c
+           SET next_dequeue_at = least(
+                   coalesce(c.next_dequeue_at, 9223372036854775807),
+                   greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms)),
+               turn = CASE WHEN c.next_dequeue_at IS NULL
+                             OR c.next_dequeue_at > greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms)
+                           THEN pg_catalog.nextval('lonnymq_turn_seq') * 100000 ELSE c.turn END
+         WHERE c.id = p_channel_id;
+    END IF;
+    RETURN FOUND;
+END
+$$;
+-- A producer's wake-up: leave a mark for a channel whose next turn is not early enough for a
+-- message due at p_dequeue_at. Takes no row lock: the mark becomes visible when the producer
+-- commits and the next dequeue applies it. The caller holds the channel's shared advisory
+-- lock, so no dequeuer parks it meanwhile (docs/locking.md). Under READ COMMITTED a mark
+-- already there and early enough (committed, or this transaction's own) will do: only a
+-- dequeue that applies it deletes it. So enqueues into a channel no worker has visited yet
+-- leave one mark, not one per transaction. Under REPEATABLE READ or SERIALIZABLE the
+-- producer's snapshot may predate a park: it always marks. Notifies the queue's workers
+-- (delivered at commit) when it marked. Scalar statements on purpose: their generic plans
+-- are index probes, so plpgsql does not re-plan them on every call.
+CREATE OR REPLACE FUNCTION lonnymq_mark_v1(p_queue text, p_channel_id bigint, p_dequeue_at bigint,
+                                           p_tolerance_ms bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_next  bigint;
+    v_floor bigint;
+BEGIN
+    IF pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
+        SELECT c.next_dequeue_at, c.last_dequeue_at + c.release_interval_ms INTO v_next, v_floor
+          FROM lonnymq_channel c WHERE c.id = p_channel_id;
+        IF v_next IS NOT NULL AND v_next <= greatest(p_dequeue_at, v_floor) + p_tolerance_ms THEN
+            RETURN false;
+        END IF;
+        PERFORM FROM lonnymq_wake w
+          WHERE w.channel_id = p_channel_id AND w.dequeue_at <= p_dequeue_at + p_tolerance_ms;
+        IF FOUND THEN
+            RETURN false;
+        END IF;
+    END IF;
+    -- A later message of the same transaction rewrites its mark only when it is due earlier
+    -- (a rewrite on every call would pile up row versions inside one long transaction).
+    INSERT INTO lonnymq_wake AS w (queue, channel_id, dequeue_at)
+    VALUES (p_queue, p_channel_id, p_dequeue_at)
+    ON CONFLICT (channel_id, xact) DO UPDATE SET dequeue_at = excluded.dequeue_at
+        WHERE excluded.dequeue_at < w.dequeue_at;
+    PERFORM pg_catalog.pg_notify('lonnymq_wakeup', p_queue);
+    RETURN true;
+END
+$$;
+-- The same for many channels (distinct ids, each with the earliest time it needs), in one
+-- statement: enqueue_many's wake-up. Under READ COMMITTED a channel that already has a
+-- committed mark early enough needs no other: the next dequeue applies that mark, and while
+-- this transaction holds the channel's shared advisory lock no dequeuer parks the channel
+-- (docs/locking.md). So a producer that writes chunk after chunk into channels no worker has
+-- looked at yet leaves one mark per channel, not one per chunk.
+CREATE OR REPLACE FUNCTION lonnymq_mark_many_v1(p_queue text, p_channel_ids bigint[], p_dequeue_ats bigint[],
+                                     p_tolerance_ms bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_marked integer;
+BEGIN
+    INSERT INTO lonnymq_wake AS w (queue, channel_id, dequeue_at)
+    SELECT p_queue, c.id, u.at
+      FROM ROWS FROM (pg_catalog.unnest(p_channel_ids), pg_catalog.unnest(p_dequeue_ats)) AS u(id, at)
+      JOIN lonnymq_channel c ON c.id = u.id AND c.id = ANY (p_channel_ids)
+     WHERE pg_catalog.current_setting('transaction_isolation') <> 'read committed'
+        OR ((c.next_dequeue_at IS NULL
+             OR c.next_dequeue_at > greatest(u.at, c.last_dequeue_at + c.release_interval_ms) + p_tolerance_ms)
+            AND NOT EXISTS (SELECT 1 FROM lonnymq_wake m
+                             WHERE m.channel_id = c.id AND m.dequeue_at <= u.at + p_tolerance_ms))
+    ON CONFLICT (channel_id, xact) DO UPDATE SET dequeue_at = excluded.dequeue_at
+        WHERE excluded.dequeue_at < w.dequeue_at;
+    GET DIAGNOSTICS v_marked = ROW_COUNT;
+    IF v_marked > 0 THEN
+        PERFORM pg_catalog.pg_notify('lonnymq_wakeup', p_queue);
+    END IF;
+    RETURN v_marked > 0;
+END
+$$;
+-- A dequeuer's first step: apply the committed marks of a queue to their channels (only
+-- ever earlier) and delete them. Marks whose channel row another session holds stay for
+-- the next call; nothing here waits.
+CREATE OR REPLACE FUNCTION lonnymq_apply_marks_v1(p_queue text, p_tolerance_ms bigint) RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_ids bigint[];
+    v_ats bigint[];
+BEGIN
+    WITH marks AS (
+        SELECT w.id, w.channel_id, w.dequeue_at
+          FROM lonnymq_wake w
+          JOIN lonnymq_channel c ON c.id = w.channel_id
+         WHERE w.queue = p_queue
+         ORDER BY w.dequeue_at
+         LIMIT 10000
+           FOR UPDATE OF w SKIP LOCKED
+           FOR NO KEY UPDATE OF c SKIP LOCKED
+    ), gone AS (
+        DELETE FROM lonnymq_wake w WHERE w.id IN (SELECT m.id FROM marks m)
+        RETURNING w.channel_id, w.dequeue_at
+    )
+    SELECT pg_catalog.array_agg(g.channel_id ORDER BY g.channel_id), pg_catalog.array_agg(g.at ORDER BY g.channel_id)
+      INTO v_ids, v_ats
+      FROM (SELECT channel_id, pg_catalog.min(dequeue_at) AS at FROM gone GROUP BY channel_id) g;
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+    UPDATE lonnymq_channel c
+       SET next_dequeue_at = greatest(u.at, c.last_dequeue_at + c.release_interval_ms),
+           turn = pg_catalog.nextval('lonnymq_turn_seq') * 100000
+      FROM ROWS FROM (pg_catalog.unnest(v_ids), pg_catalog.unnest(v_ats)) AS u(id, at)
+     WHERE c.id = u.id AND c.id = ANY (v_ids)
+       AND (c.next_dequeue_at IS NULL
+            OR c.next_dequeue_at > greatest(u.at, c.last_dequeue_at + c.release_interval_ms) + p_tolerance_ms);
+END
+$$;
+CREATE OR REPLACE FUNCTION lonnymq_enqueue_v1(
+    p_queue             text,
+    p_channel           text,
+    p_payload           jsonb,
+    p_run_at_ms         bigint  DEFAULT NULL,
+    p_delay_ms          bigint  DEFAULT NULL,
+    p_priority          integer DEFAULT 0,
+    p_dedup_key         text    DEFAULT NULL,
+    p_max_attempts      integer DEFAULT 5,
+    p_priority_step_ms  bigint  DEFAULT 1000,
+    p_tolerance_ms      bigint  DEFAULT 50
+) RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now        bigint := lonnymq_now_ms_v1();
+    v_dequeue_at bigint;
+    v_channel_id bigint;
+    v_id         bigint;
+BEGIN
+    IF p_payload IS NULL THEN
+        PERFORM lonnymq_raise_invalid_v1('payload', 'must not be null', NULL);
+    END IF;
+    IF p_max_attempts IS NULL OR p_max_attempts NOT BETWEEN 1 AND 1000 THEN
+        PERFORM lonnymq_raise_invalid_v1('max_attempts', 'must be between 1 and 1000', p_max_attempts::text);
+    END IF;
+    IF p_dedup_key IS NOT NULL AND pg_catalog.char_length(p_dedup_key) NOT BETWEEN 1 AND 200 THEN
+        PERFORM lonnymq_raise_invalid_v1('dedup_key', 'must be 1 to 200 characters', pg_catalog.quote_literal(p_dedup_key));
+    END IF;
+    PERFORM lonnymq_check_range_v1('tolerance', p_tolerance_ms, 0::bigint, 86400000::bigint, false);
+    v_dequeue_at := lonnymq_dequeue_at_v1(v_now, p_run_at_ms, p_delay_ms, p_priority, p_priority_step_ms);
+    v_channel_id := lonnymq_channel_id_v1(p_queue, p_channel);
+
+    -- "An enqueue into this channel is in flight": dequeuers will not park it meanwhile.
+    PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_channel_id));
+
+    IF p_dedup_key IS NOT NULL THEN
+        INSERT INTO lonnymq_dedup (channel_id, dedup_key, message_id)
+        VALUES (v_channel_id, p_dedup_key, pg_catalog.nextval('lonnymq_message_id_seq'))
+        ON CONFLICT (channel_id, dedup_key) DO NOTHING
+        RETURNING message_id INTO v_id;
+        IF v_id IS NULL THEN
+            SELECT message_id INTO v_id FROM lonnymq_dedup
+             WHERE channel_id = v_channel_id AND dedup_key = p_dedup_key;
+            IF v_id IS NULL THEN
+                RAISE EXCEPTION 'dedup key % was taken concurrently; retry the transaction', p_dedup_key
+                    USING ERRCODE = '40001';
+            END IF;
+            RETURN v_id;
+        END IF;
+    ELSE
+        v_id := pg_catalog.nextval('lonnymq_message_id_seq');
+    END IF;
+
+    INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key)
+    VALUES (v_id, v_channel_id, p_payload, v_dequeue_at, p_priority, p_max_attempts, p_dedup_key);
+
+    PERFORM lonnymq_mark_v1(p_queue, v_channel_id, v_dequeue_at, p_tolerance_ms);
+    RETURN v_id;
+END
+$$;
+-- Many messages of one queue, any channels, in one call. Returns the ids in input order (the
+-- existing id where a dedup key repeats, also within the batch). NULL arrays mean "defaults
+-- for every row". Channels are created in name order and locked in id order, and dedup keys
+-- are claimed in (channel, key) order, so concurrent batches never deadlock, whatever their
+-- row order.
+CREATE OR REPLACE FUNCTION lonnymq_enqueue_many_v1(
+    p_queue            text,
+    p_channels         text[],
+    p_payloads         jsonb[],
+    p_run_at_ms        bigint[]  DEFAULT NULL,
+    p_delay_ms         bigint[]  DEFAULT NULL,
+    p_priorities       integer[] DEFAULT NULL,
+    p_dedup_keys       text[]    DEFAULT NULL,
+    p_max_attempts     integer[] DEFAULT NULL,
+    p_default_max_attempts integer DEFAULT 5,
+    p_priority_step_ms bigint    DEFAULT 1000,
+    p_tolerance_ms     bigint    DEFAULT 50
+) RETURNS bigint[]
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now            bigint := lonnymq_now_ms_v1();
+    v_n              integer := coalesce(pg_catalog.cardinality(p_payloads), 0);
+    v_bad            record;
+    v_channel_ids    bigint[];
+    v_channel_names  text[];
+    v_missing        bigint;
+    v_ids            bigint[];
+    v_row_channels   bigint[];
+    v_inserted_ids   bigint[];
+    v_wake_ids       bigint[];
+    v_wake_ats       bigint[];
+BEGIN
+    IF coalesce(pg_catalog.cardinality(p_channels), 0) <> v_n
+       OR (p_run_at_ms IS NOT NULL AND pg_catalog.cardinality(p_run_at_ms) <> v_n)
+       OR (p_delay_ms IS NOT NULL AND pg_catalog.cardinality(p_delay_ms) <> v_n)
+       OR (p_priorities IS NOT NULL AND pg_catalog.cardinality(p_priorities) <> v_n)
+       OR (p_dedup_keys IS NOT NULL AND pg_catalog.cardinality(p_dedup_keys) <> v_n)
+       OR (p_max_attempts IS NOT NULL AND pg_catalog.cardinality(p_max_attempts) <> v_n) THEN
+        PERFORM lonnymq_raise_invalid_v1('items', 'arrays must all have the same length', v_n::text);
+    END IF;
+    PERFORM lonnymq_check_list_v1('channels', pg_catalog.array_ndims(p_channels));
+    PERFORM lonnymq_check_list_v1('payloads', pg_catalog.array_ndims(p_payloads));
+    PERFORM lonnymq_check_list_v1('run_at', pg_catalog.array_ndims(p_run_at_ms));
+    PERFORM lonnymq_check_list_v1('delay', pg_catalog.array_ndims(p_delay_ms));
+    PERFORM lonnymq_check_list_v1('priorities', pg_catalog.array_ndims(p_priorities));
+    PERFORM lonnymq_check_list_v1('dedup_keys', pg_catalog.array_ndims(p_dedup_keys));
+    PERFORM lonnymq_check_list_v1('max_attempts', pg_catalog.array_ndims(p_max_attempts));
+    IF v_n = 0 THEN
+        RETURN ARRAY[]::bigint[];
+    END IF;
+    PERFORM lonnymq_check_names_v1(p_queue, 'x'::text);
+    PERFORM lonnymq_check_range_v1('priority_step', p_priority_step_ms, 0::bigint, 86400000::bigint, false);
+    PERFORM lonnymq_check_range_v1('tolerance', p_tolerance_ms, 0::bigint, 86400000::bigint, false);
+
+    -- One pass finds the first invalid row, if any; the batch is refused as a whole and the
+    -- error names the row (items[i], counted from 0).
+    SELECT u.* INTO v_bad
+      FROM ROWS FROM (pg_catalog.unnest(p_channels),
+                      pg_catalog.unnest(p_payloads),
+                      pg_catalog.unnest(coalesce(p_run_at_ms, pg_catalog.array_fill(NULL::bigint, ARRAY[v_n]))),
+                      pg_catalog.unnest(coalesce(p_delay_ms, pg_catalog.array_fill(NULL::bigint, ARRAY[v_n]))),
+                      pg_catalog.unnest(coalesce(p_priorities, pg_catalog.array_fill(NULL::integer, ARRAY[v_n]))),
+                      pg_catalog.unnest(coalesce(p_dedup_keys, pg_catalog.array_fill(NULL::text, ARRAY[v_n]))),
+                      pg_catalog.unnest(coalesce(p_max_attempts, pg_catalog.array_fill(NULL::integer, ARRAY[v_n]))))
+           WITH ORDINALITY AS u(channel, payload, run_at, delay, priority, dedup_key, max_attempts, ord)
+     WHERE u.channel IS NULL OR pg_catalog.char_length(u.channel) NOT BETWEEN 1 AND 200 OR u.channel !~ '\S'
+        OR u.payload IS NULL
+        OR coalesce(u.max_attempts, p_default_max_attempts) IS NULL
+        OR coalesce(u.max_attempts, p_default_max_attempts) NOT BETWEEN 1 AND 1000
+        OR (u.dedup_key IS NOT NULL AND pg_catalog.char_length(u.dedup_key) NOT BETWEEN 1 AND 200)
+        OR coalesce(u.priority, 0) NOT BETWEEN 0 AND 100
+        OR u.delay NOT BETWEEN 0 AND 3155760000000
+        OR u.run_at NOT BETWEEN 0 AND v_now + 3155760000000
+        OR (u.run_at IS NOT NULL AND u.delay IS NOT NULL)
+        OR (coalesce(u.priority, 0) > 0 AND coalesce(u.run_at, v_now + coalesce(u.delay, 0)) > v_now)
+     ORDER BY u.ord
+     LIMIT 1;
+    IF FOUND THEN
+        IF v_bad.channel IS NULL OR pg_catalog.char_length(v_bad.channel) NOT BETWEEN 1 AND 200
+           OR v_bad.channel !~ '\S' THEN
+            PERFORM lonnymq_raise_invalid_v1(pg_catalog.format('items[%s].channel', v_bad.ord - 1),
+                'must be 1 to 200 characters, not only blanks', pg_catalog.quote_nullable(v_bad.channel));
+        ELSIF v_bad.payload IS NULL THEN
+            PERFORM lonnymq_raise_invalid_v1(pg_catalog.format('items[%s].payload', v_bad.ord - 1), 'must not be null', NULL);
+        ELSIF coalesce(v_bad.max_attempts, p_default_max_attempts) IS NULL
+              OR coalesce(v_bad.max_attempts, p_default_max_attempts) NOT BETWEEN 1 AND 1000 THEN
+            PERFORM lonnymq_raise_invalid_v1(pg_catalog.format('items[%s].max_attempts', v_bad.ord - 1),
+                'must be between 1 and 1000', coalesce(v_bad.max_attempts, p_default_max_attempts)::text);
+        ELSIF v_bad.dedup_key IS NOT NULL AND pg_catalog.char_length(v_bad.dedup_key) NOT BETWEEN 1 AND 200 THEN
+            PERFORM lonnymq_raise_invalid_v1(pg_catalog.format('items[%s].dedup_key', v_bad.ord - 1),
+                'must be 1 to 200 characters', pg_catalog.quote_literal(v_bad.dedup_key));
+        ELSE
+            -- Priority, delay or run time: the same checks and errors as a single enqueue.
+            PERFORM lonnymq_dequeue_at_v1(v_now, v_bad.run_at, v_bad.delay, coalesce(v_bad.priority, 0),
+                                          p_priority_step_ms);
+        END IF;
+    END IF;
+
+    -- Missing channels in name order, then every channel's shared lock in id order ("an
+    -- enqueue into this channel is in flight"). The lookup is a join: "name = ANY (array)"
+    -- would, in the generic plan, test every channel of the queue against the whole batch.
+    INSERT INTO lonnymq_channel (queue, name)
+    SELECT DISTINCT p_queue, u.name FROM pg_catalog.unnest(p_channels) AS u(name)
+     WHERE NOT EXISTS (SELECT 1 FROM lonnymq_channel c WHERE c.queue = p_queue AND c.name = u.name)
+     ORDER BY 2
+    ON CONFLICT (queue, name) DO NOTHING;
+    SELECT pg_catalog.array_agg(c.id ORDER BY c.id) FILTER (WHERE c.id IS NOT NULL),
+           pg_catalog.array_agg(c.name ORDER BY c.id) FILTER (WHERE c.id IS NOT NULL),
+           pg_catalog.count(*) - pg_catalog.count(c.id)
+      INTO v_channel_ids, v_channel_names, v_missing
+      FROM (SELECT DISTINCT u.name FROM pg_catalog.unnest(p_channels) AS u(name)) u
+      LEFT JOIN lonnymq_channel c ON c.queue = p_queue AND c.name = u.name;
+    IF v_missing > 0 THEN
+        RAISE EXCEPTION 'a channel of queue % was created concurrently; retry the transaction', p_queue
+            USING ERRCODE = '40001';
+    END IF;
+    PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(f.id))
+       FROM pg_catalog.unnest(v_channel_ids) AS f(id) ORDER BY f.id;
+
+    -- One statement: stage the rows in memory with their ids drawn in input order (the sorted
+    -- subquery), so a batch keeps FIFO within a channel; claim the dedup keys in (channel,
+    -- key) order, the first row of a key in the batch winning; insert the messages whose key
+    -- was claimed or that have none; report each channel's earliest new message for the wake.
+    -- dequeue_at is lonnymq_dequeue_at_v1's rule, inlined (every row is valid by now).
+    WITH rows AS MATERIALIZED (
+        SELECT s.*, pg_catalog.nextval('lonnymq_message_id_seq') AS new_id
+          FROM (SELECT u.ord, f.id AS channel_id, u.payload,
+                       coalesce(u.run_at, v_now + coalesce(u.delay, 0))
+                           - coalesce(u.priority, 0)::bigint * p_priority_step_ms AS dequeue_at,
+                       coalesce(u.priority, 0) AS priority, u.dedup_key,
+                       coalesce(u.max_attempts, p_default_max_attempts) AS max_attempts
+                  FROM ROWS FROM (pg_catalog.unnest(p_channels),
+                                  pg_catalog.unnest(p_payloads),
+                                  pg_catalog.unnest(coalesce(p_run_at_ms, pg_catalog.array_fill(NULL::bigint, ARRAY[v_n]))),
+                                  pg_catalog.unnest(coalesce(p_delay_ms, pg_catalog.array_fill(NULL::bigint, ARRAY[v_n]))),
+                                  pg_catalog.unnest(coalesce(p_priorities, pg_catalog.array_fill(NULL::integer, ARRAY[v_n]))),
+                                  pg_catalog.unnest(coalesce(p_dedup_keys, pg_catalog.array_fill(NULL::text, ARRAY[v_n]))),
+                                  pg_catalog.unnest(coalesce(p_max_attempts, pg_catalog.array_fill(NULL::integer, ARRAY[v_n]))))
+                       WITH ORDINALITY AS u(channel, payload, run_at, delay, priority, dedup_key, max_attempts, ord)
+                  JOIN ROWS FROM (pg_catalog.unnest(v_channel_ids), pg_catalog.unnest(v_channel_names)) AS f(id, name) ON f.name = u.channel
+                 ORDER BY u.ord) s
+    ), claimed AS (
+        INSERT INTO lonnymq_dedup (channel_id, dedup_key, message_id)
+        SELECT DISTINCT ON (r.channel_id, r.dedup_key) r.channel_id, r.dedup_key, r.new_id
+          FROM rows r
+         WHERE r.dedup_key IS NOT NULL
+         ORDER BY r.channel_id, r.dedup_key, r.ord
+        ON CONFLICT (channel_id, dedup_key) DO NOTHING
+        RETURNING message_id
+    ), inserted AS (
+        INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key)
+        SELECT r.new_id, r.channel_id, r.payload, r.dequeue_at, r.priority, r.max_attempts, r.dedup_key
+          FROM rows r
+         WHERE r.dedup_key IS NULL OR r.new_id IN (SELECT c.message_id FROM claimed c)
+        RETURNING id, channel_id, dequeue_at
+    ), woken AS (
+        SELECT i.channel_id, pg_catalog.min(i.dequeue_at) AS at FROM inserted i GROUP BY i.channel_id
+    )
+    SELECT (SELECT pg_catalog.array_agg(r.new_id ORDER BY r.ord) FROM rows r),
+           (SELECT pg_catalog.array_agg(r.channel_id ORDER BY r.ord) FROM rows r),
+           (SELECT pg_catalog.array_agg(i.id) FROM inserted i),
+           (SELECT pg_catalog.array_agg(w.channel_id ORDER BY w.channel_id) FROM woken w),
+           (SELECT pg_catalog.array_agg(w.at ORDER BY w.channel_id) FROM woken w)
+      INTO v_ids, v_row_channels, v_inserted_ids, v_wake_ids, v_wake_ats;
+
+    -- Rows whose key was already taken (earlier, by a concurrent batch, or by an earlier row
+    -- of this one) get the existing id: one index probe each, in a new statement that sees
+    -- the commits ON CONFLICT waited for. A key whose row vanished meanwhile (its holder
+    -- rolled back, or it was cancelled or pruned) has no id to give: like a single enqueue,
+    -- the batch fails with a serialization error, for the caller to retry.
+    IF coalesce(pg_catalog.cardinality(v_inserted_ids), 0) < v_n THEN
+        SELECT pg_catalog.array_agg(CASE WHEN i.id IS NOT NULL OR x.dedup_key IS NULL THEN x.id
+                              ELSE (SELECT d.message_id FROM lonnymq_dedup d
+                                     WHERE d.channel_id = x.channel_id AND d.dedup_key = x.dedup_key)
+                         END ORDER BY x.ord)
+          INTO v_ids
+          FROM ROWS FROM (pg_catalog.unnest(v_ids), pg_catalog.unnest(v_row_channels), pg_catalog.unnest(p_dedup_keys)) WITH ORDINALITY AS x(id, channel_id, dedup_key, ord)
+          LEFT JOIN pg_catalog.unnest(v_inserted_ids) AS i(id) ON i.id = x.id;
+        IF pg_catalog.array_position(v_ids, NULL::bigint) IS NOT NULL THEN
+            RAISE EXCEPTION 'dedup key % was taken concurrently; retry the transaction',
+                p_dedup_keys[pg_catalog.array_position(v_ids, NULL::bigint)]
+                USING ERRCODE = '40001';
+        END IF;
+    END IF;
+
+    IF v_wake_ids IS NOT NULL THEN
+        PERFORM lonnymq_mark_many_v1(p_queue, v_wake_ids, v_wake_ats, p_tolerance_ms);
+    END IF;
+    RETURN v_ids;
+END
+$$;
+-- Lease up to p_batch_size messages of one queue, round robin across its channels.
+-- Picks up to p_batch_size eligible channels (SKIP LOCKED), splits the batch fairly across
+-- them (capped by free concurrency slots; a rate-limited channel releases one), leases each
+-- picked channel's first ready messages, and moves every picked channel to its next turn.
+-- Rows come back in round-robin order: first message of each channel in pick order, then
+-- the second, and so on.
+CREATE OR REPLACE FUNCTION lonnymq_dequeue_v1(
+    p_queue        text,
+    p_batch_size   integer DEFAULT 1,
+    p_lease_ms     bigint  DEFAULT 30000,
+    p_worker       text    DEFAULT NULL,
+    p_tolerance_ms bigint  DEFAULT 50,
+    p_recheck_ms   bigint  DEFAULT 100
+) RETURNS TABLE (
+    id bigint, channel text, payload jsonb, attempts integer, max_attempts integer,
+    priority smallint, dedup_key text, enqueued_at timestamptz, lease_token uuid, lease_until bigint
+)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now         bigint;
+    v_token       uuid := pg_catalog.gen_random_uuid();
+    v_turn_base   bigint;
+    v_ch_ids      bigint[];
+    v_ch_names    text[];
+    v_quotas      integer[];
+    v_limited     bigint[];
+    v_n           integer;
+    v_share       integer;
+    v_msg_ids     bigint[];
+    v_next_ids    bigint[];
+    v_next_at     bigint[];
+    v_next_last   bigint[];
+    v_next_leased integer[];
+    v_msg_ords    bigint[];
+    v_lock_timeout text;
+    v_intervals   bigint[];
+    i             integer;
+    v_head        bigint;
+    v_floor       bigint;
+BEGIN
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'dequeue needs READ COMMITTED, the session runs %', pg_catalog.current_setting('transaction_isolation')
+            USING ERRCODE = 'LQ006';
+    END IF;
+    IF p_batch_size IS NULL OR p_batch_size NOT BETWEEN 1 AND 10000 THEN
+        PERFORM lonnymq_raise_invalid_v1('batch_size', 'must be between 1 and 10000', p_batch_size::text);
+    END IF;
+    PERFORM lonnymq_check_range_v1('lease', p_lease_ms, 1::bigint, 86400000::bigint, false);
+    PERFORM lonnymq_check_range_v1('tolerance', p_tolerance_ms, 0::bigint, 86400000::bigint, false);
+    PERFORM lonnymq_check_range_v1('recheck', p_recheck_ms, 0::bigint, 86400000::bigint, false);
+    v_now := lonnymq_now_ms_v1();
+
+    -- 1. Pick channels whose turn has come, in round-robin order; skip those another
+    --    dequeuer holds. NO KEY UPDATE does not conflict with the KEY SHARE locks that
+    --    producers' foreign-key checks hold on the channel row.
+    --    SKIP LOCKED does not apply where PostgreSQL follows a channel row's update chain
+    --    ("while locking updated version of tuple"): two dequeuers can then wait on each
+    --    other until deadlock_timeout (1 s) kills one. A short lock timeout turns that into
+    --    an empty batch after 20 ms; the worker simply asks again.
+    v_lock_timeout := pg_catalog.current_setting('lock_timeout');
+    PERFORM pg_catalog.set_config('lock_timeout', '20ms', true);
+    BEGIN
+        -- 0. Producers' committed wake-up marks lower their channels' next turn first.
+        IF EXISTS (SELECT 1 FROM lonnymq_wake w WHERE w.queue = p_queue) THEN
+            PERFORM lonnymq_apply_marks_v1(p_queue, p_tolerance_ms);
+        END IF;
+        SELECT pg_catalog.array_agg(p.id ORDER BY p.next_dequeue_at, p.turn),
+               pg_catalog.array_agg(p.name ORDER BY p.next_dequeue_at, p.turn),
+               pg_catalog.array_agg(p.room ORDER BY p.next_dequeue_at, p.turn),
+               pg_catalog.array_agg(p.id) FILTER (WHERE p.max_concurrency IS NOT NULL)
+          INTO v_ch_ids, v_ch_names, v_quotas, v_limited
+          FROM (
+            SELECT c.id, c.name, c.next_dequeue_at, c.turn, c.max_concurrency,
+                   CASE WHEN c.release_interval_ms > 0 THEN 1
+                        WHEN c.max_concurrency IS NOT NULL THEN c.max_concurrency - c.in_flight
+                        ELSE p_batch_size END AS room
+              FROM lonnymq_channel c
+             WHERE c.queue = p_queue
+               AND c.next_dequeue_at <= v_now
+               AND c.next_dequeue_at IS NOT NULL
+               AND NOT c.paused
+               AND (c.max_concurrency IS NULL OR c.in_flight < c.max_concurrency)
+             ORDER BY c.next_dequeue_at, c.turn
+             LIMIT p_batch_size
+               FOR NO KEY UPDATE OF c SKIP LOCKED
+          ) p;
+    EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+        PERFORM pg_catalog.set_config('lock_timeout', v_lock_timeout, true);
+        RETURN;
+    END;
+    PERFORM pg_catalog.set_config('lock_timeout', v_lock_timeout, true);
+    v_n := coalesce(pg_catalog.cardinality(v_ch_ids), 0);
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+    v_share := pg_catalog.ceil(p_batch_size::numeric / v_n::numeric)::integer;
+
+    -- 2. Candidate messages: each picked channel's first ready ones, then cut the batch in
+    --    round-robin order (rank within channel, then pick order).
+    SELECT pg_catalog.array_agg(x.id ORDER BY x.rank, x.ord), pg_catalog.array_agg(x.ord ORDER BY x.rank, x.ord)
+      INTO v_msg_ids, v_msg_ords
+      FROM (
+        SELECT m.id, m.rank, p.ord
+          FROM ROWS FROM (pg_catalog.unnest(v_ch_ids), pg_catalog.unnest(v_quotas)) WITH ORDINALITY AS p(channel_id, room, ord)
+          CROSS JOIN LATERAL (
+              SELECT q.id, pg_catalog.row_number() OVER (ORDER BY q.dequeue_at, q.id) AS rank
+                FROM (SELECT mm.id, mm.dequeue_at
+                        FROM lonnymq_message mm
+                       WHERE mm.channel_id = p.channel_id
+                         AND mm.lease_until IS NULL
+                         AND mm.dequeue_at <= v_now
+                       ORDER BY mm.dequeue_at, mm.id
+                       LIMIT least(p.room, v_share)
+                         FOR UPDATE OF mm SKIP LOCKED) q
+          ) m
+         ORDER BY m.rank, p.ord
+         LIMIT p_batch_size
+      ) x;
+
+    -- 3. Lease them (matched by id array: a join here is planned as a full scan).
+    IF v_msg_ids IS NOT NULL THEN
+        UPDATE lonnymq_message m
+           SET lease_until = v_now + p_lease_ms,
+               lease_token = v_token,
+               leased_by = p_worker,
+               attempts = m.attempts + 1,
+               slot_taken = (v_limited IS NOT NULL AND m.channel_id = ANY (v_limited))
+         WHERE m.id = ANY (v_msg_ids);
+    END IF;
+
+    -- 4. Each picked channel's next turn: its next ready message, no earlier than now plus
+    --    its release interval when it released something.
+    --    Leased per channel comes from step 2's pick ordinals: probing the message table
+    --    with the id array once per channel cost 100 x 100 index probes per call.
+    SELECT pg_catalog.array_agg(p.channel_id ORDER BY p.ord),
+           pg_catalog.array_agg(h.dequeue_at ORDER BY p.ord),
+           pg_catalog.array_agg(c.last_dequeue_at + c.release_interval_ms ORDER BY p.ord),
+           pg_catalog.array_agg(coalesce(pg_catalog.cardinality(pg_catalog.array_positions(v_msg_ords, p.ord)), 0) ORDER BY p.ord),
+           pg_catalog.array_agg(c.release_interval_ms ORDER BY p.ord)
+      INTO v_next_ids, v_next_at, v_next_last, v_next_leased, v_intervals
+      FROM pg_catalog.unnest(v_ch_ids) WITH ORDINALITY AS p(channel_id, ord)
+      -- "= ANY" gives the planner an index path (a plain join to unnest() is planned as a
+      -- hash join over a sequential scan of every channel).
+      JOIN lonnymq_channel c ON c.id = p.channel_id AND c.id = ANY (v_ch_ids)
+      LEFT JOIN LATERAL (
+          SELECT mm.dequeue_at FROM lonnymq_message mm
+           WHERE mm.channel_id = p.channel_id AND mm.lease_until IS NULL
+           ORDER BY mm.dequeue_at, mm.id LIMIT 1
+      ) h ON true;
+
+    FOR i IN 1 .. v_n LOOP
+        IF v_next_leased[i] > 0 THEN
+            v_floor := v_now + v_intervals[i];
+        ELSE
+            v_floor := greatest(v_now, coalesce(v_next_last[i], v_now));
+        END IF;
+        v_head := v_next_at[i];
+        IF v_head IS NULL OR greatest(v_head, v_floor) > v_floor + p_tolerance_ms THEN
+            -- Parking the channel, or moving it far ahead: only when no enqueue into it is
+            -- in flight, and only after a second look with a snapshot taken after the lock.
+            IF pg_catalog.pg_try_advisory_xact_lock(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_next_ids[i])) THEN
+                SELECT mm.dequeue_at INTO v_head FROM lonnymq_message mm
+                 WHERE mm.channel_id = v_next_ids[i] AND mm.lease_until IS NULL
+                 ORDER BY mm.dequeue_at, mm.id LIMIT 1;
+                IF NOT FOUND THEN
+                    v_head := NULL;
+                END IF;
+                v_next_at[i] := CASE WHEN v_head IS NULL THEN NULL ELSE greatest(v_head, v_floor) END;
+            ELSE
+                v_next_at[i] := least(coalesce(greatest(v_head, v_floor), v_now + p_recheck_ms), v_now + p_recheck_ms);
+            END IF;
+        ELSE
+            v_next_at[i] := greatest(v_head, v_floor);
+        END IF;
+    END LOOP;
+
+    v_turn_base := pg_catalog.nextval('lonnymq_turn_seq') * 100000;
+    UPDATE lonnymq_channel c
+       SET next_dequeue_at = u.next_at,
+           turn = v_turn_base + u.ord,
+           last_dequeue_at = CASE WHEN u.leased > 0 THEN v_now ELSE c.last_dequeue_at END,
+           released_total = c.released_total + u.leased,
+           in_flight = c.in_flight + CASE WHEN c.max_concurrency IS NOT NULL THEN u.leased ELSE 0 END
+      FROM ROWS FROM (pg_catalog.unnest(v_next_ids), pg_catalog.unnest(v_next_at), pg_catalog.unnest(v_next_leased)) WITH ORDINALITY AS u(channel_id, next_at, leased, ord)
+     WHERE c.id = u.channel_id AND c.id = ANY (v_next_ids);
+
+    IF v_msg_ids IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+        SELECT m.id, ch.name, m.payload, m.attempts, m.max_attempts, m.priority, m.dedup_key,
+               m.enqueued_at, m.lease_token, m.lease_until
+          FROM pg_catalog.unnest(v_msg_ids) WITH ORDINALITY AS o(id, pos)
+          JOIN lonnymq_message m ON m.id = o.id
+          JOIN lonnymq_channel ch ON ch.id = m.channel_id
+         ORDER BY o.pos;
+END
+$$;
+-- The earliest time any eligible channel of these queues may release (NULL: none queued).
+-- Idle workers sleep until then, or until a notification wakes them.
+CREATE OR REPLACE FUNCTION lonnymq_next_due_v1(p_queues text[]) RETURNS bigint
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT pg_catalog.min(x.at) FROM pg_catalog.unnest(p_queues) AS q(name)
+    CROSS JOIN LATERAL (
+        (SELECT c.next_dequeue_at AS at FROM lonnymq_channel c
+          WHERE c.queue = q.name
+            AND c.next_dequeue_at IS NOT NULL
+            AND NOT c.paused
+            AND (c.max_concurrency IS NULL OR c.in_flight < c.max_concurrency)
+          ORDER BY c.next_dequeue_at LIMIT 1)
+        UNION ALL
+        -- A producer's committed mark: the next dequeue applies it.
+        (SELECT w.dequeue_at FROM lonnymq_wake w WHERE w.queue = q.name ORDER BY w.dequeue_at LIMIT 1)
+    ) x
+$$;
+-- Give back the concurrency slots of leases that took one, locking channels in id order.
+-- Notifies when a channel at its cap gets room again.
+CREATE OR REPLACE FUNCTION lonnymq_give_back_slots_v1(p_channel_ids bigint[]) RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_row    record;
+    v_queue  text;
+    v_reopen boolean;
+BEGIN
+    FOR v_row IN
+        SELECT u.channel_id, pg_catalog.count(*)::integer AS n FROM pg_catalog.unnest(p_channel_ids) AS u(channel_id)
+         GROUP BY u.channel_id ORDER BY u.channel_id
+    LOOP
+        UPDATE lonnymq_channel c SET in_flight = greatest(c.in_flight - v_row.n, 0)
+         WHERE c.id = v_row.channel_id
+        RETURNING c.queue,
+                  c.max_concurrency IS NOT NULL AND c.in_flight + v_row.n >= c.max_concurrency
+                  AND c.next_dequeue_at IS NOT NULL AND NOT c.paused
+             INTO v_queue, v_reopen;
+        IF v_reopen THEN
+            PERFORM pg_catalog.pg_notify('lonnymq_wakeup', v_queue);
+        END IF;
+    END LOOP;
+END
+$$;
+-- Acknowledge processed messages: delete them. Returns the ids acked; an id missing from the
+-- result had a stale token (its lease expired and was taken over) or no longer exists.
+CREATE OR REPLACE FUNCTION lonnymq_ack_v1(p_ids bigint[], p_tokens uuid[]) RETURNS bigint[]
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_acked bigint[];
+    v_slots bigint[];
+BEGIN
+    PERFORM lonnymq_check_list_v1('ids', pg_catalog.array_ndims(p_ids));
+    PERFORM lonnymq_check_list_v1('tokens', pg_catalog.array_ndims(p_tokens));
+    IF coalesce(pg_catalog.cardinality(p_ids), 0) <> coalesce(pg_catalog.cardinality(p_tokens), 0) THEN
+        PERFORM lonnymq_raise_invalid_v1('tokens', 'must have one token per id', pg_catalog.cardinality(p_tokens)::text);
+    END IF;
+    WITH gone AS (
+        DELETE FROM lonnymq_message m
+         WHERE m.id = ANY (p_ids)
+           AND (m.id, m.lease_token) IN (SELECT u.id, u.token FROM ROWS FROM (pg_catalog.unnest(p_ids), pg_catalog.unnest(p_tokens)) AS u(id, token))
+        RETURNING m.id, m.channel_id, m.slot_taken
+    )
+    SELECT coalesce(pg_catalog.array_agg(g.id), ARRAY[]::bigint[]), pg_catalog.array_agg(g.channel_id) FILTER (WHERE g.slot_taken)
+      INTO v_acked, v_slots FROM gone g;
+    IF v_slots IS NOT NULL THEN
+        PERFORM lonnymq_give_back_slots_v1(v_slots);
+    END IF;
+    RETURN v_acked;
+END
+$$;
+-- Extend leases (heartbeat). Returns the ids extended; a missing id lost its lease.
+CREATE OR REPLACE FUNCTION lonnymq_extend_v1(p_ids bigint[], p_tokens uuid[], p_lease_ms bigint) RETURNS bigint[]
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_ids bigint[];
+BEGIN
+    PERFORM lonnymq_check_range_v1('lease', p_lease_ms, 1::bigint, 86400000::bigint, false);
+    PERFORM lonnymq_check_list_v1('ids', pg_catalog.array_ndims(p_ids));
+    PERFORM lonnymq_check_list_v1('tokens', pg_catalog.array_ndims(p_tokens));
+    IF coalesce(pg_catalog.cardinality(p_ids), 0) <> coalesce(pg_catalog.cardinality(p_tokens), 0) THEN
+        PERFORM lonnymq_raise_invalid_v1('tokens', 'must have one token per id', pg_catalog.cardinality(p_tokens)::text);
+    END IF;
+    WITH ext AS (
+        UPDATE lonnymq_message m SET lease_until = lonnymq_now_ms_v1() + p_lease_ms
+         WHERE m.id = ANY (p_ids)
+           AND (m.id, m.lease_token) IN (SELECT u.id, u.token FROM ROWS FROM (pg_catalog.unnest(p_ids), pg_catalog.unnest(p_tokens)) AS u(id, token))
+        RETURNING m.id
+    )
+    SELECT coalesce(pg_catalog.array_agg(ext.id), ARRAY[]::bigint[]) INTO v_ids FROM ext;
+    RETURN v_ids;
+END
+$$;
+-- Move locked, leased messages to the dead-letter table and give their slots back.
+CREATE OR REPLACE FUNCTION lonnymq_bury_v1(p_ids bigint[], p_reason text, p_error text) RETURNS integer
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_slots bigint[];
+    v_n integer;
+BEGIN
+    WITH gone AS (
+        DELETE FROM lonnymq_message m WHERE m.id = ANY (p_ids)
+        RETURNING m.*
+    ), dead AS (
+        INSERT INTO lonnymq_dead_message (id, channel_id, queue, channel, payload, priority, attempts,
+                                          max_attempts, dedup_key, enqueued_at, reason, last_error)
+        SELECT g.id, g.channel_id, c.queue, c.name, g.payload, g.priority, g.attempts, g.max_attempts,
+               g.dedup_key, g.enqueued_at, p_reason, coalesce(p_error, g.last_error)
+          FROM gone g JOIN lonnymq_channel c ON c.id = g.channel_id
+        RETURNING 1
+    )
+    SELECT pg_catalog.array_agg(g.channel_id) FILTER (WHERE g.slot_taken), (SELECT pg_catalog.count(*) FROM dead)
+      INTO v_slots, v_n FROM gone g;
+    IF v_slots IS NOT NULL THEN
+        PERFORM lonnymq_give_back_slots_v1(v_slots);
+    END IF;
+    RETURN coalesce(v_n, 0);
+END
+$$;
+-- Put locked, leased messages back as ready at their new dequeue_at, give their slots back
+-- and wake their channels (taking each channel's shared advisory lock, like an enqueue).
+CREATE OR REPLACE FUNCTION lonnymq_unlease_v1(
+    p_ids bigint[], p_dequeue_ats bigint[], p_error text, p_uncount boolean, p_tolerance_ms bigint
+) RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_slots bigint[];
+    v_ch    record;
+BEGIN
+    -- Lock every channel row this call may touch, in id order, before touching any: giving
+    -- slots back and waking channels must not take them in two different orders.
+    PERFORM 1 FROM lonnymq_channel c
+      WHERE c.id IN (SELECT m.channel_id FROM lonnymq_message m WHERE m.id = ANY (p_ids))
+      ORDER BY c.id FOR NO KEY UPDATE;
+    SELECT pg_catalog.array_agg(m.channel_id) FILTER (WHERE m.slot_taken) INTO v_slots
+      FROM lonnymq_message m WHERE m.id = ANY (p_ids);
+    UPDATE lonnymq_message m
+       SET lease_until = NULL, lease_token = NULL, leased_by = NULL, slot_taken = false,
+           dequeue_at = u.dequeue_at,
+           attempts = CASE WHEN p_uncount THEN greatest(m.attempts - 1, 0) ELSE m.attempts END,
+           last_error = coalesce(p_error, m.last_error)
+      FROM ROWS FROM (pg_catalog.unnest(p_ids), pg_catalog.unnest(p_dequeue_ats)) AS u(id, dequeue_at)
+     WHERE m.id = u.id;
+    IF v_slots IS NOT NULL THEN
+        PERFORM lonnymq_give_back_slots_v1(v_slots);
+    END IF;
+    FOR v_ch IN
+        SELECT m.channel_id, pg_catalog.min(m.dequeue_at) AS dequeue_at, pg_catalog.min(c.queue) AS queue
+          FROM lonnymq_message m JOIN lonnymq_channel c ON c.id = m.channel_id
+         WHERE m.id = ANY (p_ids)
+         GROUP BY m.channel_id ORDER BY m.channel_id
+    LOOP
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_ch.channel_id));
+        IF lonnymq_wake_v1(v_ch.channel_id, v_ch.dequeue_at, p_tolerance_ms) THEN
+            PERFORM pg_catalog.pg_notify('lonnymq_wakeup', v_ch.queue);
+        END IF;
+    END LOOP;
+END
+$$;
+-- A handler failed (or asked for a retry, or to discard the message). Retries with
+-- exponential backoff and jitter, or after p_retry_delay_ms when given; dead-letters the
+-- message when it is discarded or its attempts are used up. Returns 'retry' or 'dead'.
+CREATE OR REPLACE FUNCTION lonnymq_fail_v1(
+    p_id               bigint,
+    p_token            uuid,
+    p_error            text    DEFAULT NULL,
+    p_retry_delay_ms   bigint  DEFAULT NULL,
+    p_discard          boolean DEFAULT false,
+    p_backoff_base_ms  bigint  DEFAULT 1000,
+    p_backoff_max_ms   bigint  DEFAULT 3600000,
+    p_tolerance_ms     bigint  DEFAULT 50
+) RETURNS text
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_msg   record;
+    v_delay bigint;
+BEGIN
+    PERFORM lonnymq_check_range_v1('retry_delay', p_retry_delay_ms, 0::bigint, 3155760000000::bigint, true);
+    PERFORM lonnymq_check_range_v1('backoff_base', p_backoff_base_ms, 0::bigint, 31622400000::bigint, false);
+    PERFORM lonnymq_check_range_v1('backoff_max', p_backoff_max_ms, 0::bigint, 31622400000::bigint, false);
+    PERFORM lonnymq_check_range_v1('tolerance', p_tolerance_ms, 0::bigint, 86400000::bigint, false);
+    SELECT m.id, m.attempts, m.max_attempts, m.lease_token INTO v_msg
+      FROM lonnymq_message m WHERE m.id = p_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'message % does not exist (acked, cancelled or dead)', p_id
+            USING ERRCODE = 'LQ004';
+    END IF;
+    IF v_msg.lease_token IS DISTINCT FROM p_token THEN
+        RAISE EXCEPTION 'lease on message % is stale: it expired and the message was released again', p_id
+            USING ERRCODE = 'LQ003';
+    END IF;
+    IF p_discard OR v_msg.attempts >= v_msg.max_attempts THEN
+        PERFORM lonnymq_bury_v1(ARRAY[p_id], CASE WHEN p_discard THEN 'discarded' ELSE 'failed' END, p_error);
+        RETURN 'dead';
+    END IF;
+    IF p_retry_delay_ms IS NOT NULL THEN
+        v_delay := p_retry_delay_ms;
+    ELSE
+        -- Equal jitter: half the exponential step for sure, the other half at random.
+        -- In double precision: base * 2^40 would overflow bigint before least() caps it.
+        v_delay := least(p_backoff_max_ms::double precision,
+                         p_backoff_base_ms::double precision
+                         * pg_catalog.power(2::double precision, least(v_msg.attempts - 1, 40)::double precision))::bigint;
+        v_delay := v_delay / 2 + (pg_catalog.random() * (v_delay / 2)::double precision)::bigint;
+    END IF;
+    PERFORM lonnymq_unlease_v1(ARRAY[p_id], ARRAY[lonnymq_now_ms_v1() + v_delay], p_error, false, p_tolerance_ms);
+    RETURN 'retry';
+END
+$$;
+-- Give leased messages back without counting the attempt (a worker shutting down before it
+-- started them). Returns the ids released.
+CREATE OR REPLACE FUNCTION lonnymq_release_v1(p_ids bigint[], p_tokens uuid[], p_tolerance_ms bigint DEFAULT 50)
+RETURNS bigint[]
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_ids bigint[];
+    v_ats bigint[];
+BEGIN
+    PERFORM lonnymq_check_list_v1('ids', pg_catalog.array_ndims(p_ids));
+    PERFORM lonnymq_check_list_v1('tokens', pg_catalog.array_ndims(p_tokens));
+    PERFORM lonnymq_check_range_v1('tolerance', p_tolerance_ms, 0::bigint, 86400000::bigint, false);
+    SELECT pg_catalog.array_agg(m.id ORDER BY m.id), pg_catalog.array_agg(m.dequeue_at ORDER BY m.id) INTO v_ids, v_ats
+      FROM (SELECT mm.id, mm.dequeue_at FROM lonnymq_message mm
+             WHERE mm.id = ANY (p_ids)
+               AND (mm.id, mm.lease_token) IN (SELECT u.id, u.token FROM ROWS FROM (pg_catalog.unnest(p_ids), pg_catalog.unnest(p_tokens)) AS u(id, token))
+             ORDER BY mm.id FOR UPDATE) m;
+    IF v_ids IS NULL THEN
+        RETURN ARRAY[]::bigint[];
+    END IF;
+    PERFORM lonnymq_unlease_v1(v_ids, v_ats, NULL, true, p_tolerance_ms);
+    RETURN v_ids;
+END
+$$;
+-- Recover messages whose lease expired (their worker died or stalled): they become ready
+-- again at their old position, or dead when their attempts are used up, and their
+-- concurrency slots come back. Bounded per call, never waits on a lock. Also prunes dedup
+-- keys older than p_dedup_window_ms. Returns the number of messages recovered.
+CREATE OR REPLACE FUNCTION lonnymq_reap_v1(
+    p_limit            integer DEFAULT 500,
+    p_dedup_window_ms  bigint  DEFAULT 86400000,
+    p_tolerance_ms     bigint  DEFAULT 50
+) RETURNS integer
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now      bigint := lonnymq_now_ms_v1();
+    v_channels bigint[];
+    v_dead     bigint[];
+    v_back     bigint[];
+    v_back_at  bigint[];
+BEGIN
+    PERFORM lonnymq_check_range_v1('limit', p_limit::bigint, 1::bigint, 100000::bigint, false);
+    PERFORM lonnymq_check_range_v1('dedup_window', p_dedup_window_ms, 0::bigint, 31622400000::bigint, true);
+    PERFORM lonnymq_check_range_v1('tolerance', p_tolerance_ms, 0::bigint, 86400000::bigint, false);
+    -- Expired leases of channels we can lock now without waiting.
+    WITH expired AS (
+        SELECT m.id, m.channel_id, m.attempts, m.max_attempts, m.dequeue_at
+          FROM lonnymq_message m
+         WHERE m.lease_until < v_now
+         ORDER BY m.lease_until
+         LIMIT p_limit
+           FOR UPDATE OF m SKIP LOCKED
+    ), lockable AS (
+        SELECT c.id FROM lonnymq_channel c
+         WHERE c.id IN (SELECT e.channel_id FROM expired e)
+         ORDER BY c.id
+           FOR NO KEY UPDATE OF c SKIP LOCKED
+    )
+    SELECT pg_catalog.array_agg(e.id ORDER BY e.id) FILTER (WHERE e.attempts >= e.max_attempts),
+           pg_catalog.array_agg(e.id ORDER BY e.id) FILTER (WHERE e.attempts < e.max_attempts),
+           pg_catalog.array_agg(e.dequeue_at ORDER BY e.id) FILTER (WHERE e.attempts < e.max_attempts)
+      INTO v_dead, v_back, v_back_at
+      FROM expired e
+     WHERE e.channel_id IN (SELECT l.id FROM lockable l WHERE
+               pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(l.id)));
+
+    IF v_dead IS NOT NULL THEN
+        PERFORM lonnymq_bury_v1(v_dead, 'lease_expired', 'lease expired with no attempts left');
+    END IF;
+    IF v_back IS NOT NULL THEN
+        PERFORM lonnymq_unlease_v1(v_back, v_back_at, 'lease expired', false, p_tolerance_ms);
+    END IF;
+
+    IF p_dedup_window_ms IS NOT NULL THEN
+        DELETE FROM lonnymq_dedup d
+         WHERE (d.channel_id, d.dedup_key) IN (
+             SELECT dd.channel_id, dd.dedup_key FROM lonnymq_dedup dd
+              WHERE dd.created_at < pg_catalog.clock_timestamp() - pg_catalog.make_interval(secs => p_dedup_window_ms::double precision / 1000::double precision)
+              LIMIT p_limit * 20 FOR UPDATE SKIP LOCKED);
+    END IF;
+    RETURN coalesce(pg_catalog.cardinality(v_dead), 0) + coalesce(pg_catalog.cardinality(v_back), 0);
+END
+$$;
+-- Move dead messages back into their channel (recreated if it was deleted), ready now.
+-- Returns the ids requeued (a message keeps its id).
+CREATE OR REPLACE FUNCTION lonnymq_requeue_dead_v1(
+    p_ids bigint[], p_reset_attempts boolean DEFAULT true, p_tolerance_ms bigint DEFAULT 50
+) RETURNS bigint[]
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now bigint := lonnymq_now_ms_v1();
+    v_row record;
+    v_ids bigint[] := ARRAY[]::bigint[];
+    v_channel_id bigint;
+BEGIN
+    PERFORM lonnymq_check_list_v1('ids', pg_catalog.array_ndims(p_ids));
+    PERFORM lonnymq_check_range_v1('tolerance', p_tolerance_ms, 0::bigint, 86400000::bigint, false);
+    -- Channels first (created in name order if missing, then locked in id order), so
+    -- requeues and enqueues over several channels take channel locks in one order.
+    PERFORM lonnymq_channel_id_v1(x.queue, x.channel) FROM (
+        SELECT DISTINCT d.queue, d.channel FROM lonnymq_dead_message d
+         WHERE d.id = ANY (p_ids) ORDER BY d.queue, d.channel) x;
+    PERFORM 1 FROM lonnymq_channel c
+      JOIN (SELECT DISTINCT d.queue, d.channel FROM lonnymq_dead_message d WHERE d.id = ANY (p_ids)) x
+        ON c.queue = x.queue AND c.name = x.channel
+     ORDER BY c.id FOR NO KEY UPDATE OF c;
+    FOR v_row IN
+        SELECT d.* FROM lonnymq_dead_message d WHERE d.id = ANY (p_ids) ORDER BY d.id FOR UPDATE
+    LOOP
+        v_channel_id := lonnymq_channel_id_v1(v_row.queue, v_row.channel);
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_channel_id));
+        INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, attempts,
+                                     max_attempts, dedup_key, enqueued_at, last_error)
+        VALUES (v_row.id, v_channel_id, v_row.payload, v_now, v_row.priority,
+                CASE WHEN p_reset_attempts THEN 0 ELSE v_row.attempts END,
+                CASE WHEN p_reset_attempts THEN v_row.max_attempts
+                     ELSE greatest(v_row.max_attempts, v_row.attempts + 1) END,
+                v_row.dedup_key, v_row.enqueued_at, v_row.last_error);
+        DELETE FROM lonnymq_dead_message d WHERE d.id = v_row.id;
+        IF lonnymq_wake_v1(v_channel_id, v_now, p_tolerance_ms) THEN
+            PERFORM pg_catalog.pg_notify('lonnymq_wakeup', v_row.queue);
+        END IF;
+        v_ids := v_ids OPERATOR(pg_catalog.||) v_row.id;
+    END LOOP;
+    RETURN v_ids;
+END
+$$;
+-- Delete messages that are not in flight (and free their dedup keys). Returns the ids
+-- cancelled; an in-flight message is left alone (its worker will ack or fail it).
+CREATE OR REPLACE FUNCTION lonnymq_cancel_v1(p_ids bigint[]) RETURNS bigint[]
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_ids bigint[];
+BEGIN
+    PERFORM lonnymq_check_list_v1('ids', pg_catalog.array_ndims(p_ids));
+    WITH gone AS (
+        DELETE FROM lonnymq_message m
+         WHERE m.id = ANY (p_ids) AND m.lease_token IS NULL
+        RETURNING m.id, m.channel_id, m.dedup_key
+    ), freed AS (
+        DELETE FROM lonnymq_dedup d USING gone g
+         WHERE d.channel_id = g.channel_id AND d.dedup_key = g.dedup_key AND d.message_id = g.id
+    )
+    SELECT coalesce(pg_catalog.array_agg(g.id ORDER BY g.id), ARRAY[]::bigint[]) INTO v_ids FROM gone g;
+    RETURN v_ids;
+END
+$$;
+-- Make waiting (scheduled or backed-off) messages ready now. Returns the ids moved.
+CREATE OR REPLACE FUNCTION lonnymq_run_now_v1(p_ids bigint[], p_tolerance_ms bigint DEFAULT 50) RETURNS bigint[]
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now bigint := lonnymq_now_ms_v1();
+    v_ids bigint[];
+    v_ch  record;
+BEGIN
+    PERFORM lonnymq_check_list_v1('ids', pg_catalog.array_ndims(p_ids));
+    PERFORM lonnymq_check_range_v1('tolerance', p_tolerance_ms, 0::bigint, 86400000::bigint, false);
+    FOR v_ch IN
+        SELECT DISTINCT m.channel_id, c.queue FROM lonnymq_message m
+          JOIN lonnymq_channel c ON c.id = m.channel_id
+         WHERE m.id = ANY (p_ids) AND m.lease_token IS NULL ORDER BY m.channel_id
+    LOOP
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_ch.channel_id));
+    END LOOP;
+    WITH moved AS (
+        UPDATE lonnymq_message m SET dequeue_at = v_now
+         WHERE m.id = ANY (p_ids) AND m.lease_token IS NULL AND m.dequeue_at > v_now
+        RETURNING m.id
+    )
+    SELECT coalesce(pg_catalog.array_agg(moved.id ORDER BY moved.id), ARRAY[]::bigint[]) INTO v_ids FROM moved;
+    FOR v_ch IN
+        SELECT DISTINCT m.channel_id, c.queue FROM lonnymq_message m
+          JOIN lonnymq_channel c ON c.id = m.channel_id
+         WHERE m.id = ANY (v_ids) ORDER BY m.channel_id
+    LOOP
+        IF lonnymq_wake_v1(v_ch.channel_id, v_now, p_tolerance_ms) THEN
+            PERFORM pg_catalog.pg_notify('lonnymq_wakeup', v_ch.queue);
+        END IF;
+    END LOOP;
+    RETURN v_ids;
+END
+$$;
+-- Delete every message of a channel that is not in flight (and free their dedup keys).
+-- Returns how many.
+CREATE OR REPLACE FUNCTION lonnymq_purge_channel_v1(p_channel_id bigint) RETURNS integer
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_n integer;
+BEGIN
+    WITH gone AS (
+        DELETE FROM lonnymq_message m WHERE m.channel_id = p_channel_id AND m.lease_token IS NULL
+        RETURNING m.id, m.dedup_key
+    ), freed AS (
+        DELETE FROM lonnymq_dedup d USING gone g
+         WHERE d.channel_id = p_channel_id AND d.dedup_key = g.dedup_key AND d.message_id = g.id
+    )
+    SELECT pg_catalog.count(*) INTO v_n FROM gone;
+    RETURN v_n;
+END
+$$;
+-- Create a channel or change some of its limits, all three given (the first API's form):
+-- NULL p_max_concurrency means unlimited, NULL p_paused means not paused.
+CREATE OR REPLACE FUNCTION lonnymq_configure_channel_v1(
+    p_queue text, p_channel text, p_max_concurrency integer, p_release_interval_ms bigint,
+    p_paused boolean DEFAULT false
+) RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM lonnymq_check_range_v1('release_interval_ms', p_release_interval_ms, 0::bigint, 31622400000::bigint, false);
+    RETURN lonnymq_configure_channel_v2(p_queue, p_channel, p_max_concurrency, p_max_concurrency IS NULL,
+                                        p_release_interval_ms, coalesce(p_paused, false));
+END
+$$;
+-- Create a channel or change the limits given: a NULL argument leaves that limit as it is
+-- (p_unlimited removes the concurrency cap). The channel row is locked before its limits
+-- are read, so an edit of one limit never overwrites a concurrent change of another.
+-- Setting a limit on a channel that had none starts counting the leases already running, so
+-- the limit holds at once. Their message rows are claimed with SKIP LOCKED after the channel
+-- row is locked: a message locked right now is being acked, failed or reaped, i.e. leaving
+-- flight, and waiting on it could deadlock with an ack (message row, then channel row).
+CREATE OR REPLACE FUNCTION lonnymq_configure_channel_v2(
+    p_queue text, p_channel text, p_max_concurrency integer DEFAULT NULL, p_unlimited boolean DEFAULT false,
+    p_release_interval_ms bigint DEFAULT NULL, p_paused boolean DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_id       bigint;
+    v_head     bigint;
+    v_old      lonnymq_channel%ROWTYPE;
+    v_counted  integer := 0;
+    v_max      integer;
+    v_interval bigint;
+BEGIN
+    IF p_max_concurrency IS NOT NULL AND p_max_concurrency < 1 THEN
+        PERFORM lonnymq_raise_invalid_v1('max_concurrency', 'must be positive or null (unlimited)', p_max_concurrency::text);
+    END IF;
+    IF p_max_concurrency IS NOT NULL AND coalesce(p_unlimited, false) THEN
+        PERFORM lonnymq_raise_invalid_v1('max_concurrency', 'cannot be combined with unlimited', p_max_concurrency::text);
+    END IF;
+    PERFORM lonnymq_check_range_v1('release_interval_ms', p_release_interval_ms, 0::bigint, 31622400000::bigint, true);
+    PERFORM lonnymq_check_names_v1(p_queue, p_channel);
+    v_id := lonnymq_channel_id_v1(p_queue, p_channel);
+    SELECT * INTO v_old FROM lonnymq_channel c WHERE c.id = v_id FOR NO KEY UPDATE;
+    v_max := CASE WHEN coalesce(p_unlimited, false) THEN NULL
+                  ELSE coalesce(p_max_concurrency, v_old.max_concurrency) END;
+    v_interval := coalesce(p_release_interval_ms, v_old.release_interval_ms);
+    IF v_old.max_concurrency IS NULL AND v_max IS NOT NULL THEN
+        WITH claimed AS (
+            UPDATE lonnymq_message m SET slot_taken = true
+             WHERE m.id IN (SELECT mm.id FROM lonnymq_message mm
+                             WHERE mm.lease_until IS NOT NULL AND mm.channel_id = v_id AND NOT mm.slot_taken
+                               FOR UPDATE SKIP LOCKED)
+            RETURNING 1
+        )
+        SELECT pg_catalog.count(*) INTO v_counted FROM claimed;
+    END IF;
+    SELECT mm.dequeue_at INTO v_head FROM lonnymq_message mm
+     WHERE mm.channel_id = v_id AND mm.lease_until IS NULL ORDER BY mm.dequeue_at, mm.id LIMIT 1;
+    UPDATE lonnymq_channel c
+       SET max_concurrency = v_max,
+           release_interval_ms = v_interval,
+           paused = coalesce(p_paused, c.paused),
+           in_flight = c.in_flight + v_counted,
+           next_dequeue_at = CASE WHEN v_head IS NULL THEN c.next_dequeue_at
+                                  ELSE least(coalesce(c.next_dequeue_at, v_head),
+                                             greatest(v_head, c.last_dequeue_at + v_interval)) END
+     WHERE c.id = v_id;
+    PERFORM pg_catalog.pg_notify('lonnymq_wakeup', p_queue);
+    RETURN v_id;
+END
+$$;
+-- Delete a channel only while it holds no message and no enqueue into it is in flight.
+-- Returns 'deleted', 'not_empty', 'busy' (a producer or dequeuer holds it: try again) or
+-- 'missing'. Dead messages keep their queue and channel names (requeue recreates the
+-- channel). The foreign-key check of the delete scans lonnymq_message (no index leads with
+-- channel_id for every row); deleting a channel is rare, so the schema does not pay for one.
+CREATE OR REPLACE FUNCTION lonnymq_delete_channel_v1(p_id bigint) RETURNS text
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    PERFORM 1 FROM lonnymq_channel c WHERE c.id = p_id;
+    IF NOT FOUND THEN
+        RETURN 'missing';
+    END IF;
+    SELECT c.id INTO v_id FROM lonnymq_channel c WHERE c.id = p_id FOR UPDATE SKIP LOCKED;
+    IF v_id IS NULL
+       OR NOT pg_catalog.pg_try_advisory_xact_lock(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(p_id)) THEN
+        RETURN 'busy';
+    END IF;
+    IF EXISTS (SELECT 1 FROM lonnymq_message m WHERE m.channel_id = p_id AND m.lease_until IS NULL)
+       OR EXISTS (SELECT 1 FROM lonnymq_message m WHERE m.lease_until IS NOT NULL AND m.channel_id = p_id) THEN
+        RETURN 'not_empty';
+    END IF;
+    -- Its wake-up marks too: dequeues apply marks through the channel row, so a deleted
+    -- channel's marks would otherwise stay forever.
+    DELETE FROM lonnymq_wake w WHERE w.channel_id = p_id;
+    DELETE FROM lonnymq_channel c WHERE c.id = p_id;
+    RETURN 'deleted';
+END
+$$;
+-- Delete dead messages for good. Returns the ids deleted.
+CREATE OR REPLACE FUNCTION lonnymq_purge_dead_v1(p_ids bigint[]) RETURNS bigint[]
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_ids bigint[];
+BEGIN
+    PERFORM lonnymq_check_list_v1('ids', pg_catalog.array_ndims(p_ids));
+    WITH gone AS (
+        DELETE FROM lonnymq_dead_message d WHERE d.id = ANY (p_ids) RETURNING d.id
+    )
+    SELECT coalesce(pg_catalog.array_agg(gone.id ORDER BY gone.id), ARRAY[]::bigint[]) INTO v_ids FROM gone;
+    RETURN v_ids;
+END
+$$;
+-- Scheduler invariants, for tests and the health command. One row per problem:
+--   in_flight_mismatch: in_flight differs from the leases that took a slot;
+--   stranded: a ready message is due but its channel will not look at it.
+CREATE OR REPLACE FUNCTION lonnymq_check_v1(p_grace_ms bigint DEFAULT 1000)
+RETURNS TABLE (channel_id bigint, queue text, channel text, problem text, detail text)
+LANGUAGE plpgsql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM lonnymq_check_range_v1('grace', p_grace_ms, 0::bigint, 86400000::bigint, false);
+    RETURN QUERY
+        SELECT c.id, c.queue, c.name, 'in_flight_mismatch',
+               pg_catalog.format('in_flight=%s, slot-taking leases=%s', c.in_flight, coalesce(s.n, 0))
+          FROM lonnymq_channel c
+          LEFT JOIN (SELECT m.channel_id, pg_catalog.count(*) AS n FROM lonnymq_message m
+                      WHERE m.slot_taken GROUP BY m.channel_id) s ON s.channel_id = c.id
+         WHERE c.in_flight <> coalesce(s.n, 0)
+        UNION ALL
+        SELECT c.id, c.queue, c.name, 'stranded',
+               pg_catalog.format('head due at %s, next_dequeue_at=%s', h.dequeue_at, coalesce(c.next_dequeue_at::text, 'null'))
+          FROM lonnymq_channel c
+          CROSS JOIN LATERAL (SELECT mm.dequeue_at FROM lonnymq_message mm
+                               WHERE mm.channel_id = c.id AND mm.lease_until IS NULL
+                               ORDER BY mm.dequeue_at, mm.id LIMIT 1) h
+         WHERE NOT c.paused
+           AND h.dequeue_at < lonnymq_now_ms_v1() - p_grace_ms
+           -- Its next turn is missing, or later than the head (and the rate limit) need and
+           -- still ahead: a turn that has already come is eligible now, however old the head.
+           AND (c.next_dequeue_at IS NULL
+                OR c.next_dequeue_at > greatest(h.dequeue_at, c.last_dequeue_at + c.release_interval_ms,
+                                                lonnymq_now_ms_v1()) + p_grace_ms)
+           -- A producer's committed wake-up mark is applied by the next dequeue.
+           AND NOT EXISTS (SELECT 1 FROM lonnymq_wake w
+                            WHERE w.channel_id = c.id
+                              AND w.dequeue_at <= greatest(h.dequeue_at, lonnymq_now_ms_v1()) + p_grace_ms);
+END
+$$;
+-- Exact figures per queue (all queues when p_queues is NULL), as sample rows with id NULL.
+-- Cost: ready/scheduled walk the ready index (channel_id, dequeue_at, id) once per channel,
+-- i.e. one index entry per waiting message of the queue (index-only when the visibility
+-- map allows); in_flight walks the lease index (messages in flight only); dead walks the
+-- (queue, died_at) index. No scan of the message table's heap by channel. released_total
+-- is the sum of the channel rows' counters (read with the channel rows, no extra walk).
+CREATE OR REPLACE FUNCTION lonnymq_queue_stats_v1(p_queues text[] DEFAULT NULL)
+RETURNS SETOF lonnymq_queue_sample
+LANGUAGE sql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+    WITH now_ms AS (
+        SELECT lonnymq_now_ms_v1() AS v
+    ), ch AS (
+        SELECT c.id, c.queue, c.paused, c.released_total FROM lonnymq_channel c
+         WHERE p_queues IS NULL OR c.queue = ANY (p_queues)
+    ), waiting AS (
+        SELECT ch.queue, pg_catalog.count(*) AS channels, pg_catalog.count(*) FILTER (WHERE ch.paused) AS paused_channels,
+               pg_catalog.sum(w.ready) AS ready, pg_catalog.sum(w.scheduled) AS scheduled, pg_catalog.min(w.head) AS head,
+               pg_catalog.sum(ch.released_total) AS released_total
+          FROM ch CROSS JOIN now_ms
+          CROSS JOIN LATERAL (
+              SELECT pg_catalog.count(*) FILTER (WHERE m.dequeue_at <= now_ms.v) AS ready,
+                     pg_catalog.count(*) FILTER (WHERE m.dequeue_at > now_ms.v) AS scheduled,
+                     pg_catalog.min(m.dequeue_at) AS head
+                FROM lonnymq_message m
+               WHERE m.channel_id = ch.id AND m.lease_until IS NULL
+          ) w
+         GROUP BY ch.queue
+    ), flying AS (
+        SELECT ch.queue, pg_catalog.count(*) AS n
+          FROM lonnymq_message m JOIN ch ON ch.id = m.channel_id
+         WHERE m.lease_until IS NOT NULL
+         GROUP BY ch.queue
+    ), dead AS (
+        SELECT d.queue, pg_catalog.count(*) AS n FROM lonnymq_dead_message d
+         WHERE p_queues IS NULL OR d.queue = ANY (p_queues)
+         GROUP BY d.queue
+    ), queues AS (
+        SELECT waiting.queue FROM waiting UNION SELECT dead.queue FROM dead
+    )
+    SELECT NULL::bigint, q.queue, pg_catalog.clock_timestamp(),
+           coalesce(w.channels, 0), coalesce(w.paused_channels, 0),
+           coalesce(w.ready, 0)::bigint, coalesce(w.scheduled, 0)::bigint,
+           coalesce(f.n, 0), coalesce(d.n, 0),
+           CASE WHEN w.head <= now_ms.v THEN now_ms.v - w.head END,
+           coalesce(w.released_total, 0)::bigint
+      FROM queues q CROSS JOIN now_ms
+      LEFT JOIN waiting w ON w.queue = q.queue
+      LEFT JOIN flying f ON f.queue = q.queue
+      LEFT JOIN dead d ON d.queue = q.queue
+     ORDER BY q.queue
+$$;
+-- Ready, scheduled and in-flight counts of a few channels (one admin changelist page).
+-- ready and scheduled are exact up to p_cap and stop counting there (each is one bounded
+-- range of the ready index); in_flight walks the lease index, whose size is the number of
+-- messages in flight in the whole database (bounded by the workers' capacity).
+CREATE OR REPLACE FUNCTION lonnymq_channel_counts_v1(p_ids bigint[], p_cap integer DEFAULT 10000)
+RETURNS TABLE (channel_id bigint, ready bigint, scheduled bigint, in_flight bigint)
+LANGUAGE sql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+    WITH now_ms AS (
+        SELECT lonnymq_now_ms_v1() AS v
+    ), flying AS (
+        SELECT m.channel_id, pg_catalog.count(*) AS n FROM lonnymq_message m
+         WHERE m.lease_until IS NOT NULL AND m.channel_id = ANY (p_ids)
+         GROUP BY m.channel_id
+    )
+    SELECT p.id,
+           (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM lonnymq_message m
+                                   WHERE m.channel_id = p.id AND m.lease_until IS NULL
+                                     AND m.dequeue_at <= now_ms.v
+                                   LIMIT p_cap) r),
+           (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM lonnymq_message m
+                                   WHERE m.channel_id = p.id AND m.lease_until IS NULL
+                                     AND m.dequeue_at > now_ms.v
+                                   LIMIT p_cap) s),
+           coalesce(f.n, 0)
+      FROM pg_catalog.unnest(p_ids) AS p(id) CROSS JOIN now_ms
+      LEFT JOIN flying f ON f.channel_id = p.id
+$$;
+-- Planner's row estimate of a table (pg_class.reltuples): -1 when never analyzed.
+CREATE OR REPLACE FUNCTION lonnymq_estimated_rows_v1(p_table regclass) RETURNS bigint
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT c.reltuples::bigint FROM pg_catalog.pg_class c WHERE c.oid = p_table
+$$;
+-- Record one sample per queue now (its figures and the running sum of released_total) and
+-- drop samples older than p_keep_ms. Returns the rows recorded.
+CREATE OR REPLACE FUNCTION lonnymq_record_samples_v1(p_keep_ms bigint DEFAULT 86400000)
+RETURNS SETOF lonnymq_queue_sample
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM lonnymq_check_range_v1('keep', p_keep_ms, 1::bigint, 31622400000::bigint, false);
+    DELETE FROM lonnymq_queue_sample s
+     WHERE s.at < pg_catalog.clock_timestamp() - pg_catalog.make_interval(secs => p_keep_ms::double precision / 1000::double precision);
+    RETURN QUERY
+        INSERT INTO lonnymq_queue_sample (queue, at, channels, paused_channels, ready, scheduled,
+                                          in_flight, dead, oldest_ready_ms, released_total)
+        SELECT x.queue, x.at, x.channels, x.paused_channels, x.ready, x.scheduled,
+               x.in_flight, x.dead, x.oldest_ready_ms, x.released_total
+          FROM lonnymq_queue_stats_v1(NULL::text[]) x
+        RETURNING *;
+END
+$$;
