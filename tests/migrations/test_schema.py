@@ -37,7 +37,7 @@ RELEASED = {
     "0004_set_based_enqueue_many.up.sql": "d2b33ee1d4e56febc8baa0949a165a47c12445899170d37b8a805e27ba4c91a6",
     "0005_single_enqueue_mark_once.up.sql": "9548d4ced8d8e2919b102347e07210f03af7bdac052be3ea816d4c8bcaf9a7d2",
     "0006_pinned_and_bounded.down.sql": "44250444f155f2a4a6ce6fc0172269851d37619c6a2e9aebe2d7f64398399ad4",
-    "0006_pinned_and_bounded.up.sql": "56df5f9aa29346a055b96b0086f12674e0410e6e730a4c457ca12dd766be7de7",
+    "0006_pinned_and_bounded.up.sql": "596a4765dd67a76265b811e3e4525d843d293736377b496af3d52b118b64d5a0",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

@@ -1,0 +1,153 @@
+"""The queue's SQL at an earlier migration against the live SQL, in one run: ``python -m bench.sql_ab``.
+
+What a change of the SQL functions costs on the hot path. Two databases are built side by
+side, one migrated up to ``--base`` (default: the migration before the latest), one to the
+latest; then, in rounds that alternate between them (so a busy machine slows both alike),
+the same work runs on each:
+
+* enqueue 1: ``--singles`` single enqueues, one transaction each, 10 channels;
+* enqueue 100: batches of 100 messages over 100 channels (``lonnymq_enqueue_many_v1``);
+* dequeue+ack 100: with 1,000 backlogged channels, lease 100 messages and ack them, until
+  ``--drain`` messages are done.
+
+Each figure is the median of the rounds' time per operation; the ratio is live / base of the
+same round, median over rounds (1.00 = no change). Statements are prepared, as a worker's are.
+Databases: ``--database-url`` with ``_base`` / ``_live`` appended to its name (dropped and
+created again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg import conninfo
+
+from django_lonnymq import sql
+
+from . import core
+
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/lq_bench_sql_ab"
+QUEUE = "ab"
+
+
+def migrations() -> list[str]:
+    return sorted({f.split(".")[0] for f in sql.migration_files()})
+
+
+def build(url: str, target: str) -> None:
+    params = conninfo.conninfo_to_dict(url)
+    admin = conninfo.make_conninfo(url, dbname="postgres")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{params["dbname"]}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{params["dbname"]}"')
+    subprocess.run(
+        [sys.executable, str(core.ROOT / "manage.py"), "migrate", "django_lonnymq", target, "-v", "0"],
+        cwd=core.ROOT, env=core.worker_env(url), check=True,
+    )  # fmt: skip
+
+
+def with_suffix(url: str, suffix: str) -> str:
+    """The postgres:// URL of a sibling database (the workers' settings read URLs)."""
+    head, _, name = url.rpartition("/")
+    name, _, query = name.partition("?")
+    return f"{head}/{name}_{suffix}" + (f"?{query}" if query else "")
+
+
+def enqueue_singles(conn: psycopg.Connection[Any], n: int) -> float:
+    statement = sql.query("enqueue")
+    params = {"queue": QUEUE, "payload": core.PAYLOAD_TEXT, "run_at_ms": None, "delay_ms": None, "priority": 0,
+              "dedup_key": None, "max_attempts": 5, "priority_step_ms": 1000, "tolerance_ms": 50}  # fmt: skip
+    start = time.perf_counter()
+    for i in range(n):
+        conn.execute(statement, {**params, "channel": f"c{i % 10}"}, prepare=True)
+    return (time.perf_counter() - start) / n
+
+
+def enqueue_batches(conn: psycopg.Connection[Any], batches: int) -> float:
+    channels = [f"b{i}" for i in range(100)]
+    start = time.perf_counter()
+    for _ in range(batches):
+        core.enqueue_many(conn, QUEUE, channels)
+    return (time.perf_counter() - start) / batches
+
+
+def drain(conn: psycopg.Connection[Any], total: int) -> float:
+    core.fill(conn, QUEUE, total, [f"d{i}" for i in range(1000)])
+    calls, start = 0, time.perf_counter()
+    done = 0
+    while done < total:
+        rows = core.dequeue(conn, QUEUE, 100)
+        if not rows:
+            break
+        core.ack(conn, rows)
+        done += len(rows)
+        calls += 1
+    return (time.perf_counter() - start) / max(calls, 1)
+
+
+def one_round(url: str, args: argparse.Namespace) -> dict[str, float]:
+    with core.connect(url) as conn:
+        conn.execute(
+            "TRUNCATE lonnymq_message, lonnymq_dedup, lonnymq_dead_message, lonnymq_channel, lonnymq_wake"
+        )
+        figures = {
+            "enqueue 1": enqueue_singles(conn, args.singles),
+            "enqueue 100": enqueue_batches(conn, args.batches),
+        }
+        conn.execute(
+            "TRUNCATE lonnymq_message, lonnymq_dedup, lonnymq_dead_message, lonnymq_channel, lonnymq_wake"
+        )
+        figures["dequeue+ack 100"] = drain(conn, args.drain)
+        conn.execute("VACUUM ANALYZE lonnymq_message, lonnymq_channel, lonnymq_wake")
+    return figures
+
+
+def main(argv: list[str] | None = None) -> None:
+    names = migrations()
+    parser = argparse.ArgumentParser(prog="python -m bench.sql_ab", description=__doc__.splitlines()[0])
+    parser.add_argument("--database-url", default=DEFAULT_URL)
+    parser.add_argument("--base", default=names[-2], choices=names[:-1], help="migration of the baseline SQL")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--singles", type=int, default=2000)
+    parser.add_argument("--batches", type=int, default=50)
+    parser.add_argument("--drain", type=int, default=20_000)
+    args = parser.parse_args(argv)
+
+    base_url, live_url = with_suffix(args.database_url, "base"), with_suffix(args.database_url, "live")
+    core.log(f"building {base_url} at {args.base} and {live_url} at {names[-1]}")
+    build(base_url, args.base)
+    build(live_url, names[-1])
+    results: dict[str, dict[str, list[float]]] = {"base": {}, "live": {}}
+    ratios: dict[str, list[float]] = {}
+    for number in range(args.rounds):
+        order: list[tuple[str, str]] = [("base", base_url), ("live", live_url)]
+        if number % 2:
+            order.reverse()
+        got = {label: one_round(url, args) for label, url in order}
+        for label in got:
+            for op, seconds in got[label].items():
+                results[label].setdefault(op, []).append(seconds)
+        for op in got["base"]:
+            ratios.setdefault(op, []).append(got["live"][op] / got["base"][op])
+        core.log(f"round {number + 1}/{args.rounds} done")
+
+    med: Callable[[list[float]], float] = statistics.median
+    print(f"SQL at {args.base} (base) vs live SQL at {names[-1]}; medians of {args.rounds} rounds")
+    print(f"machine: {core.machine_facts()}")
+    print(f"{'operation':<18}{'base (us/op)':>14}{'live (us/op)':>14}{'live/base':>11}")
+    for op in results["base"]:
+        print(
+            f"{op:<18}{med(results['base'][op]) * 1e6:>14.0f}{med(results['live'][op]) * 1e6:>14.0f}"
+            f"{med(ratios[op]):>11.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
