@@ -33,6 +33,9 @@ DEFAULTS: dict[str, Any] = {
     "POLL_INTERVAL": timedelta(seconds=1),
     # How often a worker recovers expired leases of any worker.
     "REAP_INTERVAL": timedelta(seconds=5),
+    # The worker's own statements (dequeue, ack, extend, reap) run with this statement_timeout,
+    # set on its connection, so a role's low default cannot starve it; 0 turns it off.
+    "WORKER_STATEMENT_TIMEOUT": timedelta(seconds=30),
     # On SIGTERM, how long running handlers may take before the worker exits anyway.
     "SHUTDOWN_TIMEOUT": timedelta(seconds=30),
     # How long a dedup key keeps refusing duplicates after its message was enqueued.

@@ -8,6 +8,7 @@ below. ``Retry`` and ``Discard`` are not errors: a handler raises them to steer 
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 from collections.abc import Iterator
 from datetime import timedelta
@@ -56,13 +57,35 @@ class NoHandler(LonnyMQError):
     """A worker was asked to serve a queue that has no registered handler."""
 
 
+# The longest retry delay (or run time ahead) the schema accepts: 100 years.
+MAX_DELAY = timedelta(days=36_525)
+
+
 class Retry(Exception):  # noqa: N818 - a request, not an error
-    """Raise from a handler to retry the message after ``delay`` (counts as an attempt)."""
+    """Raise from a handler to retry the message after ``delay`` (counts as an attempt).
+
+    The delay is checked here, where the handler raises it: a bad one is an error of the
+    handler (the message fails with it), never of the worker.
+    """
 
     def __init__(self, delay: timedelta | float = 0, reason: str = ""):
-        self.delay = delay
+        self.delay = _retry_delay(delay)
         self.reason = reason
         super().__init__(reason or f"retry requested after {delay}")
+
+
+def _retry_delay(delay: object) -> timedelta:
+    if isinstance(delay, bool) or not isinstance(delay, (timedelta, int, float)):
+        raise InvalidArgument("delay", "must be a timedelta or a number of seconds", delay)
+    if isinstance(delay, float) and not math.isfinite(delay):
+        raise InvalidArgument("delay", "must be finite", delay)
+    if isinstance(delay, (int, float)):
+        if not 0 <= delay <= MAX_DELAY.total_seconds():
+            raise InvalidArgument("delay", "must be between 0 and 100 years", delay)
+        return timedelta(seconds=delay)
+    if not timedelta(0) <= delay <= MAX_DELAY:
+        raise InvalidArgument("delay", "must be between 0 and 100 years", delay)
+    return delay
 
 
 class Discard(Exception):  # noqa: N818 - a request, not an error

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import queue as queue_mod
+import random
 import select
 import signal
 import socket
@@ -27,13 +28,29 @@ from django.db import close_old_connections, connections
 
 from . import sql
 from .conf import settings, to_ms
-from .exceptions import Discard, InvalidArgument, LeaseLost, MessageNotFound, Retry, sql_errors
+from .exceptions import Discard, InvalidArgument, LeaseLost, LonnyMQError, MessageNotFound, Retry, sql_errors
 from .message import Message
 from .registry import get_handler
 
 logger = logging.getLogger("django_lonnymq.worker")
 
 _DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
+# Any error a statement can raise: a lost connection is told apart by the connection's state.
+_STATEMENT_ERRORS = (psycopg.Error, LonnyMQError)
+# Back-off after a statement fails for a reason other than a lost connection.
+_ERROR_BACKOFF_FIRST = 0.5
+_ERROR_BACKOFF_MAX = 30.0
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _backoff(previous: float) -> float:
+    """The next back-off: doubled, capped, with up to 25% jitter so workers do not align."""
+    base = min(previous * 2, _ERROR_BACKOFF_MAX) if previous else _ERROR_BACKOFF_FIRST
+    return base * random.uniform(0.75, 1.0)
 
 
 @dataclass
@@ -61,6 +78,8 @@ class Stats:
     reaped: int = 0
     reconnects: int = 0
     released: int = 0
+    statement_errors: int = 0
+    handler_crashes: int = 0
     started_at: float = field(default_factory=time.monotonic)
 
     def summary(self) -> str:
@@ -69,8 +88,17 @@ class Stats:
             f"fetched={self.fetched} acked={self.acked} retried={self.retried} dead={self.dead} "
             f"lease_lost={self.lease_lost} released={self.released} reaped={self.reaped} "
             f"empty_fetches={self.empty_fetches} reconnects={self.reconnects} "
+            f"statement_errors={self.statement_errors} "
             f"elapsed={elapsed:.1f}s rate={self.acked / elapsed:.1f}/s"
         )
+
+
+def short_repr(exc: BaseException) -> str:
+    """repr() of a handler's exception, or its type when even that raises."""
+    try:
+        return repr(exc)
+    except Exception:
+        return f"<{type(exc).__name__} that cannot be shown>"
 
 
 def describe_exception(exc: BaseException) -> str:
@@ -134,10 +162,19 @@ class Worker:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._threads: list[threading.Thread] = []
+        # The message each handler thread runs now (by thread name), for a thread that dies.
+        self._current: dict[str, Message] = {}
         self._next_reap = 0.0
         self._next_extend = 0.0
         self._queue_turn = 0
         self._backoff = 0.0
+        # A queue whose dequeue fails waits until then (monotonic), others are served meanwhile.
+        self._queue_retry_at: dict[str, float] = {}
+        self._queue_backoff: dict[str, float] = {}
+        self._error_backoff = 0.0
+        # Non-zero when the worker stops because it cannot go on (a handler thread died):
+        # the command exits with it, so a supervisor restarts the worker.
+        self.exit_code = 0
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -177,6 +214,7 @@ class Worker:
             if self._conn is None:  # stopping while the database is down
                 return
             try:
+                self._check_handler_threads()
                 self._flush_outcomes()
                 if self._stopping.is_set():
                     return  # _shutdown lets running handlers finish, bounded
@@ -205,8 +243,12 @@ class Worker:
                 if wanted and free > 0:
                     wait = min(wait, self._idle_wait())
                 self._wait(wait)
-            except _DB_ERRORS as exc:
-                self._lost_connection(exc)
+                self._error_backoff = 0.0
+            except _STATEMENT_ERRORS as exc:
+                if self._connection_is_lost(exc):
+                    self._lost_connection(exc)
+                else:
+                    self._statement_failed("worker loop", exc)
 
     # -- database ----------------------------------------------------------------------------
 
@@ -221,6 +263,9 @@ class Worker:
         # server crash can only undo the last few hundred ms of them, which redelivers those
         # messages - what at-least-once already allows. Producers keep their durable commits.
         options += " -c synchronous_commit=off"
+        # Its own statement timeout: a role or database default of a few ms would cancel
+        # cold-cache dequeues forever.
+        options += f" -c statement_timeout={settings.ms('WORKER_STATEMENT_TIMEOUT')}"
         conn = psycopg.connect(
             **params,
             options=options.strip(),
@@ -256,8 +301,38 @@ class Worker:
                 self._stopping.wait(delay)
                 delay = min(delay * 2, 30.0)
 
+    def _connection_is_lost(self, exc: BaseException) -> bool:
+        """A broken connection is reconnected; any other failed statement is backed off.
+
+        A cancelled statement (statement_timeout, QueryCanceled) and a lock timeout are
+        OperationalErrors too, but the connection is fine: reconnecting at once would
+        only repeat them, dozens of times a second.
+        """
+        conn = self._conn
+        if conn is None or conn.closed or conn.broken:
+            return True
+        return isinstance(exc, psycopg.InterfaceError)
+
+    def _statement_failed(self, what: str, exc: BaseException) -> None:
+        """Log a statement that failed on a healthy connection, then back off."""
+        self.stats.statement_errors += 1
+        self._error_backoff = _backoff(self._error_backoff)
+        root = exc.__cause__ if isinstance(exc, LonnyMQError) and exc.__cause__ else exc
+        sqlstate = getattr(root, "sqlstate", None)
+        kind = "was cancelled" if isinstance(root, psycopg.errors.QueryCanceled) else "failed"
+        logger.error(
+            "%s %s (%s%s: %s); backing off %.1fs",
+            what,
+            kind,
+            type(root).__name__,
+            f" {sqlstate}" if sqlstate else "",
+            _first_line(root),
+            self._error_backoff,
+        )
+        self._stopping.wait(self._error_backoff)
+
     def _lost_connection(self, exc: BaseException) -> None:
-        logger.warning("lost the database connection (%s); reconnecting", str(exc).strip().splitlines()[0:1])
+        logger.warning("lost the database connection (%s); reconnecting", _first_line(exc))
         self.stats.reconnects += 1
         try:
             if self._conn is not None:
@@ -290,25 +365,55 @@ class Worker:
         got = 0
         order = self.queues[self._queue_turn :] + self.queues[: self._queue_turn]
         self._queue_turn = (self._queue_turn + 1) % len(self.queues)
+        now = time.monotonic()
         for queue_name in order:
             if got >= want:
                 break
-            rows = self._execute(
-                "dequeue",
-                {
-                    "queue": queue_name,
-                    "batch_size": want - got,
-                    "lease_ms": self.lease_ms,
-                    "worker": self.name,
-                    "tolerance_ms": settings.ms("WAKE_TOLERANCE"),
-                },
-            )
+            if self._queue_retry_at.get(queue_name, 0.0) > now:
+                continue
+            try:
+                rows = self._execute(
+                    "dequeue",
+                    {
+                        "queue": queue_name,
+                        "batch_size": want - got,
+                        "lease_ms": self.lease_ms,
+                        "worker": self.name,
+                        "tolerance_ms": settings.ms("WAKE_TOLERANCE"),
+                    },
+                )
+            except _STATEMENT_ERRORS as exc:
+                if self._connection_is_lost(exc):
+                    raise
+                self._dequeue_failed(queue_name, exc)
+                continue
+            if queue_name in self._queue_backoff:
+                logger.warning("dequeue of queue %s works again", queue_name)
+                del self._queue_backoff[queue_name]
+                self._queue_retry_at.pop(queue_name, None)
             for row in rows:
                 self._dispatch(queue_name, row)
             got += len(rows)
         if got and self._next_extend == 0.0:
             self._next_extend = time.monotonic() + self.lease_ms / 3000
         return got
+
+    def _dequeue_failed(self, queue_name: str, exc: BaseException) -> None:
+        """One queue's dequeue fails on a healthy connection: back that queue off alone."""
+        self.stats.statement_errors += 1
+        delay = self._queue_backoff[queue_name] = _backoff(self._queue_backoff.get(queue_name, 0.0))
+        self._queue_retry_at[queue_name] = time.monotonic() + delay
+        root = exc.__cause__ if isinstance(exc, LonnyMQError) and exc.__cause__ else exc
+        sqlstate = getattr(root, "sqlstate", None)
+        logger.error(
+            "dequeue of queue %s %s (%s%s: %s); trying it again in %.1fs, other queues go on",
+            queue_name,
+            "was cancelled" if isinstance(root, psycopg.errors.QueryCanceled) else "failed",
+            type(root).__name__,
+            f" {sqlstate}" if sqlstate else "",
+            _first_line(root),
+            delay,
+        )
 
     def _dispatch(self, queue_name: str, row: tuple[Any, ...]) -> None:
         (
@@ -353,6 +458,10 @@ class Worker:
         those channels: back off (5 ms, doubling to 100 ms; reset by the next successful
         fetch) instead of spinning on 1 ms waits that burn the CPU the holders need.
         """
+        if self._queue_retry_at:
+            now = time.monotonic()
+            if all(self._queue_retry_at.get(q, 0.0) > now for q in self.queues):
+                return min(min(self._queue_retry_at.values()) - now, self.poll_interval)
         due_ms = self._scalar("next_due", {"queues": self.queues})
         if due_ms is None:
             return self.poll_interval
@@ -420,8 +529,35 @@ class Worker:
                 if message.id not in self._running:  # released before it started
                     continue
                 self._started.add(message.id)
-            self._outcomes.put(self._run_handler(message))
+            me = threading.current_thread().name
+            self._current[me] = message
+            try:
+                outcome = self._run_handler(message)
+            except BaseException as exc:  # a bug of ours around the handler, not the handler's
+                self.stats.handler_crashes += 1
+                logger.critical("handler thread crashed on message %s: %s", message.id, type(exc).__name__)
+                outcome = Outcome(
+                    message, "fail", error=f"worker error around the handler: {type(exc).__name__}"
+                )
+            self._current.pop(me, None)
+            self._outcomes.put(outcome)
             self._wake()
+
+    def _check_handler_threads(self) -> None:
+        """A handler thread that died anyway (nothing should kill one) is noticed here: the
+        worker stops fetching, lets the others finish, releases what never started and exits
+        with status 1, so its supervisor starts a fresh one."""
+        if self.exit_code or self._stopping.is_set():
+            return
+        dead = [t.name for t in self._threads if not t.is_alive()]
+        if dead:
+            logger.critical("handler thread(s) %s died; stopping the worker (exit status 1)", ", ".join(dead))
+            for name in dead:  # what a dead thread was running fails now, not after its lease
+                message = self._current.pop(name, None)
+                if message is not None:
+                    self._outcomes.put(Outcome(message, "fail", error="the worker's handler thread died"))
+            self.exit_code = 1
+            self.stop()
 
     def _run_handler(self, message: Message) -> Outcome:
         close_old_connections()
@@ -429,13 +565,20 @@ class Worker:
             self.handlers[message.queue](message)
             return Outcome(message, "ack")
         except Retry as request:
-            delay = request.delay
-            return Outcome(message, "retry", error=request.reason or "retry requested", delay_ms=to_ms(delay))
+            try:
+                delay_ms = to_ms(request.delay)
+            except Exception as exc:  # a Retry built around the check in Retry.__init__
+                return Outcome(message, "fail", error=f"invalid Retry delay {request.delay!r}: {exc!r}")
+            return Outcome(message, "retry", error=request.reason or "retry requested", delay_ms=delay_ms)
         except Discard as request:
             return Outcome(message, "discard", error=request.reason)
         except BaseException as exc:  # a failing handler (even SystemExit) must never kill the worker
             logger.warning(
-                "message %s of %s failed on attempt %d: %r", message.id, message.queue, message.attempt, exc
+                "message %s of %s failed on attempt %d: %s",
+                message.id,
+                message.queue,
+                message.attempt,
+                short_repr(exc),
             )
             return Outcome(message, "fail", error=describe_exception(exc))
         finally:
@@ -486,7 +629,7 @@ class Worker:
                 if outcome.action != "ack":
                     self._fail(outcome)
                     recorded.append(outcome)
-        except _DB_ERRORS:
+        except _STATEMENT_ERRORS:
             for outcome in done:  # keep what was not recorded: flushed again after reconnecting
                 if not any(outcome is r for r in recorded):
                     outcome.resent = True
@@ -529,7 +672,7 @@ class Worker:
                 self._report_lost(message)
             return
         except Exception as exc:
-            if isinstance(exc, _DB_ERRORS):
+            if isinstance(exc, _DB_ERRORS) and self._connection_is_lost(exc):
                 raise
             logger.error("could not record the failure of message %s: %r", message.id, exc)
             return
@@ -596,7 +739,7 @@ class Worker:
                 if self._running:
                     self._wait(min(0.1, max(deadline - time.monotonic(), 0)))
                     self._maintain()
-            except _DB_ERRORS as exc:
+            except _STATEMENT_ERRORS as exc:
                 self._lost_connection(exc)
                 if self._stopping.is_set() and time.monotonic() >= deadline:
                     break
@@ -614,7 +757,7 @@ class Worker:
                         },
                     )
                     self.stats.released += len(released or [])
-        except _DB_ERRORS as exc:
+        except _STATEMENT_ERRORS as exc:
             logger.warning("could not flush on shutdown (%s); leases will expire and be redelivered", exc)
         if self._running:
             logger.warning(
@@ -628,10 +771,3 @@ class Worker:
             self._conn.close()
         os.close(self._wake_r)
         os.close(self._wake_w)
-
-
-def run_worker(queues: Sequence[str], **options: Any) -> Stats:
-    """Convenience: build a :class:`Worker`, install signal handlers, run it."""
-    worker = Worker(queues, **options)
-    worker.install_signal_handlers()
-    return worker.run()

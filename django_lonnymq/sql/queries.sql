@@ -66,6 +66,14 @@ SELECT channel_id, queue, channel, problem, detail FROM lonnymq_check_v1(%(grace
 -- name: listen
 LISTEN lonnymq_wakeup
 
+-- name: queues_with_ready_work
+-- Queues with a channel that has a turn, or a wake-up mark waiting to give it one (the
+-- health command's dequeue probe).
+SELECT c.queue FROM lonnymq_channel c WHERE c.next_dequeue_at IS NOT NULL AND NOT c.paused
+UNION
+SELECT w.queue FROM lonnymq_wake w
+ ORDER BY 1
+
 -- name: pending
 -- Burst workers stop when their queues hold nothing ready now and nothing in flight.
 SELECT EXISTS (

@@ -61,6 +61,32 @@ def discard(message: Message) -> None:
     raise Discard("not wanted")
 
 
+@handler("t_noop")
+def noop(message: Message) -> None:
+    """Touches no database: for tests where the handler's own connection must not matter."""
+
+
+@handler("t_bad_retry")
+def bad_retry(message: Message) -> None:
+    """Asks for a retry with the delay the payload names ("nan" for float("nan"))."""
+    delay = message.payload["delay"]
+    raise Retry(delay=float(delay) if delay == "nan" else delay)
+
+
+class _Unprintable(Exception):  # noqa: N818
+    """An exception that cannot be shown: str() and repr() raise."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("cannot show this exception")
+
+    __repr__ = __str__
+
+
+@handler("t_unprintable")
+def unprintable(message: Message) -> None:
+    raise _Unprintable()
+
+
 @handler("t_retry")
 def retry_later(message: Message) -> None:
     record(message, "retry" if message.attempt == 1 else "done")

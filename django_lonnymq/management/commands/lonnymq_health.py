@@ -10,7 +10,10 @@ Reports, for the queue's database:
 * leases that expired more than ``--lease-grace`` ago and were not recovered (no worker is
   reaping: all workers are down or stuck);
 * the scheduler's own invariant check (``django_lonnymq.api.check()``): in-flight counters
-  that disagree with the leases, ready messages that no dequeue will look at.
+  that disagree with the leases, ready messages that no dequeue will look at;
+* a dequeue probe: one real dequeue of each queue that has work, in a transaction rolled
+  back at once (nothing stays leased), so a queue whose dequeue fails is reported even
+  while its workers keep running and backing off.
 
 Thresholds are flags; ``--json`` prints the report as one JSON object (for monitoring).
 """
@@ -22,10 +25,11 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import connections
+from django.db import DatabaseError, connections, transaction
 
-from django_lonnymq import api
+from django_lonnymq import api, sql
 from django_lonnymq.conf import settings
+from django_lonnymq.exceptions import LonnyMQError, sql_errors
 
 TABLES = ("lonnymq_channel", "lonnymq_message", "lonnymq_wake", "lonnymq_dedup", "lonnymq_dead_message")
 
@@ -155,6 +159,11 @@ class Command(BaseCommand):
                     "recovered: are any workers running?"
                 )
 
+        report["dequeue_probe"] = self._probe_dequeues(alias)
+        for queue, error in report["dequeue_probe"].items():
+            if error is not None:
+                problems.append(f"dequeue of queue {queue} fails: {error}")
+
         found = api.check(grace=timedelta(seconds=options["check_grace"]), using=alias)
         report["check"] = [p.__dict__ for p in found]
         for p in found:
@@ -168,6 +177,32 @@ class Command(BaseCommand):
             self._print(report, options)
         if problems:
             raise CommandError(f"{len(problems)} problem(s): " + "; ".join(problems))
+
+    def _probe_dequeues(self, alias: str) -> dict[str, str | None]:
+        """Each queue with work: None when one dequeue of it succeeds, else the error.
+
+        The probe leases at most one message and rolls back at once: nothing stays leased,
+        and no worker loses anything (it skips what the probe holds for that instant).
+        """
+        with connections[alias].cursor() as cursor:
+            cursor.execute(sql.query("queues_with_ready_work"))
+            queues = [row[0] for row in cursor.fetchall()]
+        results: dict[str, str | None] = {}
+        for queue in queues:
+            try:
+                with transaction.atomic(using=alias), sql_errors(), connections[alias].cursor() as cursor:
+                    cursor.execute(
+                        sql.query("dequeue"),
+                        {"queue": queue, "batch_size": 1, "lease_ms": 1000, "worker": "lonnymq_health",
+                         "tolerance_ms": settings.ms("WAKE_TOLERANCE")},
+                    )  # fmt: skip
+                    cursor.fetchall()
+                    transaction.set_rollback(True, using=alias)
+                results[queue] = None
+            except (DatabaseError, LonnyMQError) as exc:
+                text = str(exc).strip()
+                results[queue] = text.splitlines()[0] if text else type(exc).__name__
+        return results
 
     def _print(self, report: dict[str, Any], options: dict[str, Any]) -> None:
         out = self.stdout.write
@@ -187,6 +222,8 @@ class Command(BaseCommand):
             f"expired leases: {leases['all']} ({leases['older_than_grace']} older than "
             f"{options['lease_grace']:g}s)"
         )
+        failing = [q for q, error in report["dequeue_probe"].items() if error is not None]
+        out(f"dequeue probe: {len(report['dequeue_probe'])} queue(s) with work, {len(failing)} failing")
         out(f"scheduler check: {len(report['check'])} problem(s)")
         if report["healthy"]:
             out(self.style.SUCCESS("healthy"))

@@ -111,3 +111,8 @@ class Command(BaseCommand):
         self.stdout.flush()
         stats = worker.run()
         self.stdout.write(f"lonnymq worker {worker.name} stopped: {stats.summary()}")
+        if worker.exit_code:
+            # It stopped because it could not go on (docs/failure-model.md): a supervisor
+            # restarts it; its leases come back to the queue.
+            self.stdout.flush()
+            raise SystemExit(worker.exit_code)
