@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -40,6 +41,36 @@ def test_database_url() -> str:
     s = connection.settings_dict
     auth = s["USER"] + (f":{s['PASSWORD']}" if s["PASSWORD"] else "")
     return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+
+
+# Tables no Django model owns: a TransactionTestCase-style flush leaves their rows behind.
+UNOWNED_TABLES = ("lonnymq_wake",)
+
+
+def _empty_unowned_tables() -> None:
+    with connection.cursor() as cursor:
+        for table in UNOWNED_TABLES:
+            cursor.execute(f"DELETE FROM {table}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _unowned_tables_empty_at_start(django_db_setup: None, django_db_blocker: Any) -> None:
+    """A reused test database (--reuse-db) may hold marks of an interrupted run."""
+    with django_db_blocker.unblock():
+        _empty_unowned_tables()
+
+
+@pytest.fixture(autouse=True)
+def _unowned_tables_empty_after(request: pytest.FixtureRequest, django_db_blocker: Any) -> Iterator[None]:
+    """Tests that commit (transaction=True) leave no wake-up mark for the next test to see."""
+    yield
+    marker = request.node.get_closest_marker("django_db")
+    committing = "transactional_db" in request.fixturenames or bool(
+        marker and marker.kwargs.get("transaction")
+    )
+    if committing:
+        with django_db_blocker.unblock():
+            _empty_unowned_tables()
 
 
 @pytest.fixture

@@ -28,6 +28,40 @@ class NoDatabase(RuntimeError):
     pass
 
 
+# The throwaway cluster this process started, if any: the chaos test restarts that one (it is
+# nobody else's). A server named by DATABASE_URL is restarted only on explicit opt-in.
+_started_cluster: dict[str, object] = {}
+
+RESTART_OPT_IN = "LONNYMQ_TEST_RESTART_SERVER"
+
+
+def restart_started_cluster() -> bool:
+    """Restart the throwaway cluster started by this test run; False when there is none."""
+    if not _started_cluster:
+        return False
+    prefix = list(_started_cluster["prefix"])  # type: ignore[call-overload]
+    subprocess.run(
+        [
+            *prefix,
+            str(_started_cluster["pg_ctl"]),
+            "-D",
+            str(_started_cluster["datadir"]),
+            "-w",
+            "-m",
+            "fast",
+            # The server's output goes to its log: it must not hold our pipes open.
+            "-l",
+            os.path.join(str(_started_cluster["datadir"]), "log"),
+            "restart",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=120,
+    )
+    return True
+
+
 def database_url() -> str:
     url = os.environ.get("DATABASE_URL")
     if url:
@@ -102,4 +136,5 @@ def _from_local_binaries() -> str | None:
         shutil.rmtree(datadir, ignore_errors=True)
 
     atexit.register(stop)
+    _started_cluster.update(pg_ctl=pg_ctl, datadir=datadir, prefix=prefix)
     return f"postgres://postgres@127.0.0.1:{port}/lonnymq"

@@ -74,7 +74,11 @@ class WorkerProc:
         return code
 
     def stop(self, timeout: float = 15, sig: int = signals.SIGTERM) -> int:
+        """Signal the worker and wait for it to exit. A worker still importing Django has no
+        SIGTERM handler yet (Python's default would kill it with -15): wait until the command
+        has printed its start line, which it does after installing its handlers."""
         if self.alive():
+            self.wait_for_line(" queues=", timeout=60)
             self.signal(sig)
         return self.wait(timeout)
 

@@ -4,15 +4,21 @@
 processed by 4 ``manage.py run_queue_worker`` processes (--concurrency 4 --batch-size 50
 --lease 3s). Every ``LONNYMQ_CHAOS_KILL_EVERY`` seconds (default 2.5) one worker is killed
 with SIGKILL and a new one started; once, about a third of the way through, the PostgreSQL
-server is restarted (``pg_ctlcluster ... restart``; ``LONNYMQ_CHAOS_RESTART=0`` leaves it out,
-for running next to other users of the same server). Workers reconnect on their own.
+server is restarted. Workers reconnect on their own.
+
+Which server is restarted: the throwaway cluster the test run started itself (no
+``DATABASE_URL``: tests/dbserver.py), or, only when the run opts in with
+``LONNYMQ_TEST_RESTART_SERVER=1`` (CI does), the local ``pg_ctlcluster`` cluster that
+``DATABASE_URL`` names. A server named by ``DATABASE_URL`` without the opt-in is never
+restarted: the test fails and says how to opt in, or to leave the restart out with
+``LONNYMQ_CHAOS_RESTART=0``.
+
+The run's random choices come from one seed, printed at the start (``chaos: seed N``, shown
+with a failure); ``LONNYMQ_CHAOS_SEED=N`` replays it.
 
 At the end: every message was handled (the t_record handler wrote a 'done' row for it), a
 message handled twice was first handled by a worker that was then killed, or around the
 restart; nothing died; every channel's in_flight is back to 0; the checker is clean.
-
-The restart needs the test database to live on a local cluster managed by pg_ctlcluster
-(what CI uses); the test says so and fails otherwise.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import psycopg
 import pytest
 from django.db import connection
 
+from tests import dbserver
 from tests.conftest import test_database_url as database_url
 from tests.conftest import worker_env
 
@@ -48,11 +55,32 @@ def _env_int(name: str, default: int) -> int:
     return int(os.environ.get(name, str(default)))
 
 
+def _restarter(conn: psycopg.Connection[Any]) -> Callable[[], None]:
+    """How to restart the test database's server, when this run may; fails the test otherwise."""
+    if dbserver._started_cluster:
+        return lambda: None if dbserver.restart_started_cluster() else pytest.fail("the cluster is gone")
+    if os.environ.get(dbserver.RESTART_OPT_IN) != "1":
+        pytest.fail(
+            "the chaos test restarts PostgreSQL, and the test database is on a server named by "
+            f"DATABASE_URL, which this run did not start. Set {dbserver.RESTART_OPT_IN}=1 to let it "
+            "restart that server (a local pg_ctlcluster cluster; CI does), LONNYMQ_CHAOS_RESTART=0 to "
+            "leave the restart out, or unset DATABASE_URL to run on a throwaway cluster."
+        )
+    cluster = _local_cluster(conn)
+
+    def restart() -> None:
+        subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", *cluster, "restart"],
+                       check=True, capture_output=True, timeout=120)
+
+    return restart
+
+
 def _local_cluster(conn: psycopg.Connection[Any]) -> tuple[str, str]:
     """(version, name) of the pg_ctlcluster cluster serving ``conn``; fails the test if none."""
     how = (
-        "the chaos test restarts PostgreSQL with pg_ctlcluster, so the test database must be on "
-        "a local cluster managed by pg_ctlcluster (CI: DATABASE_URL=postgres://postgres@127.0.0.1:5432/...). "
+        f"with {dbserver.RESTART_OPT_IN}=1 the chaos test restarts the server of DATABASE_URL with "
+        "pg_ctlcluster, so it must be a local cluster managed by pg_ctlcluster "
+        "(CI: DATABASE_URL=postgres://postgres@127.0.0.1:5432/...). "
         "Set LONNYMQ_CHAOS_RESTART=0 to run it without the restart."
     )
     if shutil.which("pg_lsclusters") is None or shutil.which("pg_ctlcluster") is None:
@@ -135,10 +163,12 @@ def test_sigkilled_workers_and_a_database_restart_lose_nothing(
     total = _env_int("LONNYMQ_CHAOS_MESSAGES", 20_000)
     kill_every = float(os.environ.get("LONNYMQ_CHAOS_KILL_EVERY", "2.5"))
     restart = os.environ.get("LONNYMQ_CHAOS_RESTART", "1") != "0"
-    rng = random.Random(_env_int("LONNYMQ_CHAOS_SEED", random.randrange(1 << 30)))
+    seed = _env_int("LONNYMQ_CHAOS_SEED", random.randrange(1 << 30))
+    print(f"chaos: seed {seed} (replay with LONNYMQ_CHAOS_SEED={seed})")
+    rng = random.Random(seed)
 
     admin = connect()
-    cluster = _local_cluster(admin) if restart else None
+    restart_server = _restarter(admin) if restart else None
     for i, name in enumerate(CHANNELS):
         q.configure(admin, QUEUE, name, max_concurrency=1 + i % 5)
     ids: list[int] = []
@@ -173,10 +203,9 @@ def test_sigkilled_workers_and_a_database_restart_lose_nothing(
         if done >= total and left == 0:
             break
         if restart and restart_window is None and done >= total // 3:
-            assert cluster is not None
+            assert restart_server is not None
             began = time.time()
-            subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", *cluster, "restart"],
-                           check=True, capture_output=True, timeout=120)
+            restart_server()
             restart_window = (began, time.time())
             connection.close()  # Django's own connection is gone too
             admin = _reconnect(connect)
@@ -213,7 +242,7 @@ def test_sigkilled_workers_and_a_database_restart_lose_nothing(
             print(f"chaos: worker {pid}: {summary[-1].split('stopped: ', 1)[1]}")
 
     assert done == total and left == 0, (
-        f"{total - done} message(s) never handled, {left} left in the table; last worker output:\n"
+        f"seed {seed}: {total - done} message(s) never handled, {left} left in the table; last worker output:\n"
         + "\n".join(workers.tail(p.pid, 8) for p in workers.procs[-4:])
     )
     assert not stopped_badly, {pid: workers.tail(pid) for pid in stopped_badly}
@@ -236,7 +265,7 @@ def test_sigkilled_workers_and_a_database_restart_lose_nothing(
         if not (by_killed or near_restart):
             unexplained.append((message_id, pids, ats))
     print(f"chaos: {len(rows)} message(s) handled more than once, all explained: {not unexplained}")
-    assert not unexplained, f"redelivered without a kill or restart to explain it: {unexplained[:10]}"
+    assert not unexplained, f"seed {seed}: redelivered without a kill or restart to explain it: {unexplained[:10]}"
 
     assert admin.execute("SELECT count(*) FROM lonnymq_dead_message").fetchone()[0] == 0
     assert admin.execute(
