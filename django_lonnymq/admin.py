@@ -30,7 +30,9 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 
 from . import api
+from .conf import settings
 from .models import Channel, DeadMessage, Message, stats_query
+from .urlparams import an_id, storable
 
 # Ready and scheduled counts of a channel stop at this many (shown as "10,000+"), and so do
 # filtered counts of the message and dead-letter lists.
@@ -224,7 +226,9 @@ class ChannelAdmin(admin.ModelAdmin):
 
     def _counts(self, obj: Channel) -> ChannelCounts | None:
         if not hasattr(obj, COUNTS_ATTR):  # the change page: one channel
-            setattr(obj, COUNTS_ATTR, channel_counts([obj.pk], obj._state.db or "default").get(obj.pk))
+            setattr(
+                obj, COUNTS_ATTR, channel_counts([obj.pk], obj._state.db or settings.DATABASE).get(obj.pk)
+            )
         counts: ChannelCounts | None = getattr(obj, COUNTS_ATTR)
         return counts
 
@@ -353,9 +357,7 @@ class ChannelAdmin(admin.ModelAdmin):
         )
 
     def delete_model(self, request: HttpRequest, obj: Channel) -> None:
-        with connections[obj._state.db or "default"].cursor() as cursor:
-            cursor.execute(stats_query("delete_channel"), {"id": obj.pk})
-            outcome = cursor.fetchone()[0]
+        outcome = api.delete_channel(obj.pk, using=obj._state.db or router.db_for_write(Channel))
         if outcome not in ("deleted", "missing"):
             # The delete view runs in a transaction: raising rolls back its log entry too.
             raise PermissionDenied(f"channel {obj} was not deleted: {outcome.replace('_', ' ')}")
@@ -487,6 +489,8 @@ class QueueFilter(admin.SimpleListFilter):
         value = self.value()
         if not value:
             return queryset
+        if storable(value) is None:
+            return queryset.none()
         ids = list(Channel.objects.using(queryset.db).filter(queue=value).values_list("id", flat=True))
         return in_channels(queryset, ids)
 
@@ -494,6 +498,8 @@ class QueueFilter(admin.SimpleListFilter):
 class DeadQueueFilter(QueueFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
+        if value and storable(value) is None:
+            return queryset.none()
         return queryset.filter(queue=value) if value else queryset  # the (queue, died_at) index
 
 
@@ -506,7 +512,7 @@ class ChannelFilter(admin.SimpleListFilter):
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         channels = Channel.objects.order_by("queue", "name")
-        queue = request.GET.get("queue")
+        queue = storable(request.GET.get("queue"))
         if queue:
             channels = channels.filter(queue=queue)
         return [(str(c.pk), c.name if queue else str(c)) for c in channels[:CHANNEL_FILTER_LIMIT]]
@@ -515,9 +521,10 @@ class ChannelFilter(admin.SimpleListFilter):
         value = self.value()
         if not value:
             return queryset
-        if not value.isdigit():
+        channel_id = an_id(value)
+        if channel_id is None:
             raise IncorrectLookupParameters(f"channel must be a channel id, got {value!r}")
-        return in_channels(queryset, [int(value)])
+        return in_channels(queryset, [channel_id])
 
 
 class DeadChannelFilter(admin.SimpleListFilter):
@@ -525,7 +532,7 @@ class DeadChannelFilter(admin.SimpleListFilter):
     parameter_name = "channel_name"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        queue = request.GET.get("queue")
+        queue = storable(request.GET.get("queue"))
         if not queue:
             return []
         names = Channel.objects.filter(queue=queue).order_by("name").values_list("name", flat=True)
@@ -533,6 +540,8 @@ class DeadChannelFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[DeadMessage]) -> QuerySet[DeadMessage]:
         value = self.value()
+        if value and storable(value) is None:
+            return queryset.none()
         return queryset.filter(channel_name=value) if value else queryset
 
 
@@ -579,8 +588,9 @@ class ReadOnlyQueueAdmin(admin.ModelAdmin):
         term = search_term.strip()
         if not term:
             return queryset, False
-        if term.isdigit():
-            return queryset.filter(pk=int(term)), False
+        message_id = an_id(term)
+        if message_id is not None:
+            return queryset.filter(pk=message_id), False
         return queryset.none(), False
 
     def get_search_fields(self, request: HttpRequest) -> tuple[str, ...]:
@@ -738,9 +748,7 @@ class DeadMessageAdmin(ReadOnlyQueueAdmin):
         using = router.db_for_write(DeadMessage)
 
         def purge_ids(ids: list[int]) -> list[int]:
-            with connections[using].cursor() as cursor:
-                cursor.execute(stats_query("purge_dead"), {"ids": ids})
-                return list(cursor.fetchone()[0])
+            return api.purge_dead(ids, using=using)
 
         purged = _run_in_batches(queryset, purge_ids)
         self.message_user(request, f"Purged {purged:,} dead messages.", messages.SUCCESS)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,7 +18,7 @@ from django.conf import settings as django_settings
 from django.db import connections
 from django.utils import timezone
 
-from . import sql
+from . import limits, sql
 from .conf import settings, to_ms
 from .exceptions import InvalidArgument, PayloadError, PriorityWithSchedule, sql_errors
 
@@ -30,6 +30,10 @@ except ImportError:  # psycopg2 users keep the client-side binding path
 _UNSET: Any = object()
 # A \u0000 escape in JSON text that is not an escaped backslash followed by "u0000".
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+# A surrogate escape (\ud800-\udfff) in JSON text that is not an escaped backslash: json
+# writes a lone surrogate of a Python string this way, and PostgreSQL's jsonb refuses it.
+_SURROGATE_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_SURROGATE_PAIR = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}")
 # One encoder for every payload (json.dumps builds one per call). ensure_ascii stays on, so
 # the text's length is its size in bytes.
 _JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
@@ -58,12 +62,24 @@ def _name(field: str, value: Any, max_length: int) -> str:
         raise InvalidArgument(field, "must be a string", value)
     if not 1 <= len(value) <= max_length:
         raise InvalidArgument(field, f"must be 1 to {max_length} characters", value)
+    if "\x00" in value:
+        raise InvalidArgument(field, "must not contain NUL characters", value)
+    if not value.strip():
+        raise InvalidArgument(field, "must not be only blanks", value)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(field, "must be valid Unicode (it holds a lone surrogate)", value) from None
     return value
 
 
 def _payload(value: Any, field: str = "payload") -> str:
     try:
         text = _JSON.encode(value)
+    except RecursionError:
+        raise PayloadError(
+            field, "must not be nested deeper than about 1000 levels", type(value).__name__
+        ) from None
     except (TypeError, ValueError) as exc:
         raise PayloadError(
             field,
@@ -74,6 +90,10 @@ def _payload(value: Any, field: str = "payload") -> str:
     if "\\u0000" in text and _NUL_ESCAPE.search(text):  # the cheap test first
         raise PayloadError(
             field, "must not contain NUL characters (PostgreSQL jsonb refuses them)", "\\u0000"
+        )
+    if "\\ud" in text and _has_lone_surrogate(text):  # the cheap test first
+        raise PayloadError(
+            field, "must be valid Unicode (a string holds a lone surrogate)", "\\ud800-\\udfff"
         )
     limit = settings.MAX_PAYLOAD_BYTES
     size = len(text)  # ensure_ascii: one byte per character
@@ -87,6 +107,11 @@ def _payload(value: Any, field: str = "payload") -> str:
     return text
 
 
+def _has_lone_surrogate(text: str) -> bool:
+    """Whether JSON text escapes a surrogate that is not half of a pair."""
+    return bool(_SURROGATE_ESCAPE.search(_SURROGATE_PAIR.sub("", text)))
+
+
 def _int(field: str, value: Any, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgument(field, "must be an integer", value)
@@ -95,15 +120,22 @@ def _int(field: str, value: Any, low: int, high: int) -> int:
     return value
 
 
-def _duration_ms(field: str, value: Any) -> int:
+def _duration_ms(field: str, value: Any, most: timedelta = limits.MAX_AHEAD) -> int:
     if isinstance(value, bool) or not isinstance(value, (timedelta, int, float)):
         raise InvalidArgument(field, "must be a timedelta or a number of seconds", value)
     if isinstance(value, float) and not math.isfinite(value):
         raise InvalidArgument(field, "must be finite", value)
+    if value > (most if isinstance(value, timedelta) else most.total_seconds()):
+        raise InvalidArgument(field, f"must be at most {_human(most)}", value)
     ms = to_ms(value)
     if ms < 0:
         raise InvalidArgument(field, "must not be negative", value)
     return ms
+
+
+def _human(duration: timedelta) -> str:
+    days = duration.days
+    return f"{days // 365} years" if days >= 3650 else f"{days} days" if days > 1 else "1 day"
 
 
 def _epoch_ms(field: str, value: Any) -> int:
@@ -117,7 +149,12 @@ def _epoch_ms(field: str, value: Any) -> int:
                 value,
             )
         value = timezone.make_aware(value, timezone.get_default_timezone())
-    return int(value.timestamp() * 1000)
+    ms = int(value.timestamp() * 1000)
+    if ms < 0:
+        raise InvalidArgument(field, "must not be before 1970-01-01", value)
+    if ms > now_ms() + to_ms(limits.MAX_AHEAD):
+        raise InvalidArgument(field, "must be at most 100 years ahead", value)
+    return ms
 
 
 def _when(run_at: Any, delay: Any, priority: int) -> tuple[int | None, int | None]:
@@ -139,7 +176,14 @@ def _when(run_at: Any, delay: Any, priority: int) -> tuple[int | None, int | Non
 
 
 def _alias(using: str | None) -> str:
-    return using or settings.DATABASE
+    """The database alias of a call: ``using``, or ``LONNYMQ_DATABASE`` when None."""
+    if using is None:
+        return str(settings.DATABASE)
+    if not isinstance(using, str) or using not in connections.settings:
+        raise InvalidArgument(
+            "using", f"must name a database alias in DATABASES ({', '.join(connections)})", using
+        )
+    return using
 
 
 def _common() -> dict[str, int]:
@@ -265,6 +309,9 @@ def enqueue_many(
     """
     _name("queue", queue, 100)
     _name("channel", channel, 200)
+    if isinstance(items, (str, bytes, bytearray, Mapping, set, frozenset)) or not isinstance(items, Iterable):
+        raise InvalidArgument("items", "must be a list, tuple or iterator of items", type(items).__name__)
+    _alias(using)
     default_attempts = _int(
         "max_attempts", settings.MAX_ATTEMPTS if max_attempts is None else max_attempts, 1, 1000
     )
@@ -321,13 +368,21 @@ def enqueue_many(
 # ---------------------------------------------------------------------------------------
 
 
-def _ids(ids: Iterable[int]) -> list[int]:
+def _ids(ids: Iterable[int], field: str = "ids") -> list[int]:
+    if isinstance(ids, (str, bytes, bytearray, Mapping)) or not isinstance(ids, Iterable):
+        raise InvalidArgument(field, "must be a list, tuple or iterator of message ids", ids)
     out = []
     for value in ids:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidArgument("ids", "must be integers", value)
-        out.append(value)
+        out.append(_id(field, value))
     return out
+
+
+def _id(field: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(field, "must be integers", value)
+    if not 1 <= value <= limits.MAX_ID:
+        raise InvalidArgument(field, f"must be between 1 and {limits.MAX_ID}", value)
+    return value
 
 
 def configure_channel(
@@ -355,7 +410,11 @@ def configure_channel(
     if release_interval is _UNSET:
         interval_ms = None
     else:
-        interval_ms = 0 if release_interval is None else _duration_ms("release_interval", release_interval)
+        interval_ms = (
+            0
+            if release_interval is None
+            else _duration_ms("release_interval", release_interval, limits.MAX_INTERVAL)
+        )
     if paused is _UNSET:
         paused = None
     elif not isinstance(paused, bool):
@@ -389,7 +448,21 @@ def run_now(ids: Iterable[int], *, using: str | None = None) -> list[int]:
 
 def purge_channel(channel_id: int, *, using: str | None = None) -> int:
     """Delete every message of a channel that is not in flight. Returns how many."""
-    return int(_call(using, "purge_channel", {"channel_id": _ids([channel_id])[0]}))
+    return int(_call(using, "purge_channel", {"channel_id": _id("channel_id", channel_id)}))
+
+
+def delete_channel(channel_id: int, *, using: str | None = None) -> str:
+    """Delete a channel that holds no message and that no producer or dequeuer holds now.
+
+    Returns ``"deleted"``, ``"missing"``, ``"not_empty"`` or ``"busy"`` (try again). Its dead
+    messages stay; requeueing them recreates the channel.
+    """
+    return str(_call(using, "delete_channel", {"id": _id("channel_id", channel_id)}))
+
+
+def purge_dead(ids: Iterable[int], *, using: str | None = None) -> list[int]:
+    """Delete dead messages for good. Returns the ids deleted."""
+    return list(_call(using, "purge_dead", {"ids": _ids(ids)}))
 
 
 def reap(*, limit: int = 500, using: str | None = None) -> int:
@@ -416,15 +489,10 @@ class Problem:
 def check(*, grace: timedelta | float = 1.0, using: str | None = None) -> list[Problem]:
     """The channels whose scheduler state disagrees with their messages (empty: healthy)."""
     with sql_errors(), connections[_alias(using)].cursor() as cursor:
-        cursor.execute(sql.query("check"), {"grace_ms": _duration_ms("grace", grace)})
+        cursor.execute(sql.query("check"), {"grace_ms": _duration_ms("grace", grace, limits.MAX_LEASE)})
         return [Problem(*row) for row in cursor.fetchall()]
 
 
 def now_ms() -> int:
     """The current time as the queue counts it (ms since the epoch)."""
     return int(timezone.now().timestamp() * 1000)
-
-
-def ids_of(rows: Sequence[Any]) -> list[int]:
-    """Ids from rows or messages that carry an ``id``."""
-    return [int(getattr(row, "id", row)) for row in rows]

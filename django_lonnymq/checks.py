@@ -8,6 +8,11 @@ from django.core.checks import Error, Tags, register
 from django.db import connections
 
 from .conf import DEFAULTS, DURATIONS, settings, to_ms
+from .limits import MAX_INTERVAL, MAX_LEASE
+
+# The longest each duration setting may be: beyond it a value would be refused by the SQL
+# functions at every call, stopping what the worker does with it.
+_LONGEST = {"LEASE": MAX_LEASE, "PRIORITY_STEP": MAX_LEASE, "WAKE_TOLERANCE": MAX_LEASE}
 
 
 @register(Tags.database, Tags.compatibility, deploy=False)
@@ -36,18 +41,19 @@ def check_database(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 
 @register(Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
-    """E002: durations must be positive; E003: MAX_ATTEMPTS in 1..1000; E004: payload limit."""
+    """E002: durations positive and bounded; E003: MAX_ATTEMPTS in 1..1000; E004: payload limit."""
     errors: list[Error] = []
     for name in sorted(DURATIONS):
         value = getattr(settings, name)
         try:
             ms = to_ms(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             ms = -1
-        if ms <= 0:
+        longest = _LONGEST.get(name, MAX_INTERVAL)
+        if ms <= 0 or ms > to_ms(longest):
             errors.append(
                 Error(
-                    f"LONNYMQ_{name} must be a positive duration, got {value!r}.",
+                    f"LONNYMQ_{name} must be a positive duration of at most {longest}, got {value!r}.",
                     hint=f"Use a timedelta or seconds; the default is {DEFAULTS[name]!r}.",
                     id="lonnymq.E002",
                 )
@@ -68,4 +74,33 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                 id="lonnymq.E004",
             )
         )
+    return errors
+
+
+@register(Tags.compatibility)
+def check_handler_modules(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """E006: every module in LONNYMQ_HANDLER_MODULES can be found (a worker imports them)."""
+    from importlib.util import find_spec
+
+    errors: list[Error] = []
+    modules = settings.HANDLER_MODULES
+    if isinstance(modules, str) or not isinstance(modules, (list, tuple)):
+        return [
+            Error(
+                f"LONNYMQ_HANDLER_MODULES must be a list of module names, got {modules!r}.", id="lonnymq.E006"
+            )
+        ]
+    for name in modules:
+        try:
+            found = isinstance(name, str) and find_spec(name) is not None
+        except (ImportError, ValueError):  # a missing parent package
+            found = False
+        if not found:
+            errors.append(
+                Error(
+                    f"LONNYMQ_HANDLER_MODULES names {name!r}, which cannot be imported.",
+                    hint="Give the dotted path of a module that registers handlers with @handler.",
+                    id="lonnymq.E006",
+                )
+            )
     return errors

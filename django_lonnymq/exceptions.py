@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
+from .limits import MAX_AHEAD
+
 
 class LonnyMQError(Exception):
     """Base class of every django-lonnymq error."""
@@ -57,10 +59,6 @@ class NoHandler(LonnyMQError):
     """A worker was asked to serve a queue that has no registered handler."""
 
 
-# The longest retry delay (or run time ahead) the schema accepts: 100 years.
-MAX_DELAY = timedelta(days=36_525)
-
-
 class Retry(Exception):  # noqa: N818 - a request, not an error
     """Raise from a handler to retry the message after ``delay`` (counts as an attempt).
 
@@ -80,10 +78,10 @@ def _retry_delay(delay: object) -> timedelta:
     if isinstance(delay, float) and not math.isfinite(delay):
         raise InvalidArgument("delay", "must be finite", delay)
     if isinstance(delay, (int, float)):
-        if not 0 <= delay <= MAX_DELAY.total_seconds():
+        if not 0 <= delay <= MAX_AHEAD.total_seconds():
             raise InvalidArgument("delay", "must be between 0 and 100 years", delay)
         return timedelta(seconds=delay)
-    if not timedelta(0) <= delay <= MAX_DELAY:
+    if not timedelta(0) <= delay <= MAX_AHEAD:
         raise InvalidArgument("delay", "must be between 0 and 100 years", delay)
     return delay
 

@@ -340,11 +340,12 @@ class QueueSample(models.Model):
     @classmethod
     def record(cls, *, keep_ms: int = 86_400_000, using: str | None = None) -> list[QueueSample]:
         """Record a sample of every queue now; drop samples older than ``keep_ms``."""
+        from . import sql
         from .conf import settings
         from .exceptions import sql_errors
 
         with sql_errors():
             rows = cls.objects.using(using or settings.DATABASE).raw(
-                stats_query("record_samples"), {"keep_ms": keep_ms}
+                sql.query("record_samples"), {"keep_ms": keep_ms}
             )
             return list(rows)

@@ -12,6 +12,9 @@ HandlerFunc = Callable[[Any], Any]
 F = TypeVar("F", bound=HandlerFunc)
 
 _handlers: dict[str, HandlerFunc] = {}
+# Called by autodiscover() after the handler modules are imported: how other parts of the
+# app (the Django Tasks backend) register handlers without this module importing them.
+_discovery_hooks: list[Callable[[], Any]] = []
 
 
 def handler(queue: str) -> Callable[[F], F]:
@@ -57,8 +60,15 @@ def get_handler(queue: str) -> HandlerFunc:
         ) from None
 
 
-def registered_queues() -> list[str]:
-    return sorted(_handlers)
+def register_default(queue: str, func: HandlerFunc) -> None:
+    """Make ``func`` the handler of ``queue`` unless one is registered already."""
+    _handlers.setdefault(queue, func)
+
+
+def add_discovery_hook(hook: Callable[[], Any]) -> None:
+    """Run ``hook`` at every :func:`autodiscover`, after the handler modules are imported."""
+    if hook not in _discovery_hooks:
+        _discovery_hooks.append(hook)
 
 
 def unregister(queue: str) -> None:
@@ -79,10 +89,11 @@ def autodiscover() -> None:
         import_module(module)
     from django.conf import settings as django_settings
 
-    if any(
-        str(c.get("BACKEND", "")).endswith("LonnyMQBackend")
-        for c in getattr(django_settings, "TASKS", {}).values()
-    ):
-        from .tasks import register_task_handlers
-
-        register_task_handlers()
+    # A configured backend of this app is loaded the way Django loads any backend (by its
+    # dotted path); its module adds the hook that registers its queues' handlers.
+    for config in getattr(django_settings, "TASKS", {}).values():
+        backend = str(config.get("BACKEND", ""))
+        if backend.startswith(f"{__package__}."):
+            import_module(backend.rsplit(".", 1)[0])
+    for hook in list(_discovery_hooks):
+        hook()

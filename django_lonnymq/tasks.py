@@ -39,6 +39,7 @@ from . import api
 from .conf import settings as lonnymq_settings
 from .exceptions import Discard, LonnyMQError
 from .message import Message
+from .registry import add_discovery_hook, register_default
 
 try:  # Django 6
     from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
@@ -366,9 +367,10 @@ def task_queues() -> list[str]:
 
 def register_task_handlers() -> list[str]:
     """Register :func:`run_task_message` as the handler of every task queue (for the worker)."""
-    from .registry import _handlers
-
     queues = task_queues()
     for queue_name in queues:
-        _handlers.setdefault(queue_name, run_task_message)
+        register_default(queue_name, run_task_message)
     return queues
+
+
+add_discovery_hook(register_task_handlers)

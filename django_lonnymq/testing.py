@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from .conf import settings
 from .models import Message
 from .registry import autodiscover
 from .worker import Stats, Worker
@@ -22,7 +23,7 @@ def drain(
     """Process every ready message of ``queues`` (all queues with messages when omitted)."""
     autodiscover()
     names: Sequence[str] = queues or sorted(
-        set(Message.objects.using(using or "default").values_list("channel__queue", flat=True))
+        set(Message.objects.using(using or settings.DATABASE).values_list("channel__queue", flat=True))
     )
     if not names:
         return Stats()
@@ -39,7 +40,11 @@ def drain(
 
 def enqueued(queue: str, *, channel: str | None = None, using: str | None = None) -> list[Message]:
     """Messages waiting or in flight in ``queue`` (optionally one channel), oldest first."""
-    rows = Message.objects.using(using or "default").select_related("channel").filter(channel__queue=queue)
+    rows = (
+        Message.objects.using(using or settings.DATABASE)
+        .select_related("channel")
+        .filter(channel__queue=queue)
+    )
     if channel is not None:
         rows = rows.filter(channel__name=channel)
     return list(rows.order_by("id"))

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from .conf import settings
 from .models import DeadMessage, QueueSample
+from .urlparams import storable
 
 # Dashboard windows (minutes) and the default one.
 WINDOWS = [(15, "15 minutes"), (60, "1 hour"), (360, "6 hours"), (1440, "24 hours")]
@@ -359,7 +360,8 @@ def dashboard_context(request: HttpRequest, *, using: str | None = None) -> dict
     alias = using or settings.DATABASE
     live = QueueSample.live(using=alias)
     names = [sample.queue for sample in live]
-    selected = request.GET.get("queue") or (names[0] if names else "")
+    asked = request.GET.get("queue")
+    selected = (storable(asked) or "") if asked else (names[0] if names else "")
     try:
         minutes = int(request.GET.get("minutes", DEFAULT_WINDOW))
     except ValueError:

@@ -53,21 +53,19 @@ def _empty_unowned_tables() -> None:
             cursor.execute(f"DELETE FROM {table}")
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _unowned_tables_empty_at_start(django_db_setup: None, django_db_blocker: Any) -> None:
-    """A reused test database (--reuse-db) may hold marks of an interrupted run."""
-    with django_db_blocker.unblock():
-        _empty_unowned_tables()
-
-
 @pytest.fixture(autouse=True)
-def _unowned_tables_empty_after(request: pytest.FixtureRequest, django_db_blocker: Any) -> Iterator[None]:
-    """Tests that commit (transaction=True) leave no wake-up mark for the next test to see."""
-    yield
+def _unowned_tables_empty(request: pytest.FixtureRequest, django_db_blocker: Any) -> Iterator[None]:
+    """Tests that commit (transaction=True) find no wake-up mark left by another test (or by an
+    interrupted run, with --reuse-db), and leave none."""
     marker = request.node.get_closest_marker("django_db")
     committing = "transactional_db" in request.fixturenames or bool(
         marker and marker.kwargs.get("transaction")
     )
+    if committing:
+        request.getfixturevalue("transactional_db")
+        with django_db_blocker.unblock():
+            _empty_unowned_tables()
+    yield
     if committing:
         with django_db_blocker.unblock():
             _empty_unowned_tables()

@@ -4,6 +4,7 @@ reading, the progress line and the summary. No Django here (the script runs with
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections.abc import Callable
 from pathlib import PurePath
@@ -147,6 +148,8 @@ def run(
     options: dict[str, Any], dsn: str, write: Callable[[str], Any], **export_options: Any
 ) -> ExportResult:
     """Read ``options["input"]`` and export it, printing progress and a summary with ``write``."""
+    if not os.path.exists(options["input"]):
+        raise ExportError(f"--input {options['input']!r} does not exist")
     check_database(dsn)  # a refused connection fails here, before a JVM starts
     spark = spark_session(options.get("master"))
     df = read_input(spark, options["input"], options.get("format"))

@@ -53,6 +53,16 @@ SELECT lonnymq_run_now_v1(%(ids)s::bigint[], %(tolerance_ms)s::bigint)
 -- name: purge_channel
 SELECT lonnymq_purge_channel_v1(%(channel_id)s::bigint)
 
+-- name: record_samples
+-- One sample per queue for the dashboard's history, pruning old ones.
+SELECT * FROM lonnymq_record_samples_v1(%(keep_ms)s::bigint)
+
+-- name: delete_channel
+SELECT lonnymq_delete_channel_v1(%(id)s::bigint)
+
+-- name: purge_dead
+SELECT lonnymq_purge_dead_v1(%(ids)s::bigint[])
+
 -- name: configure_channel
 -- A NULL limit is left as it is; unlimited removes the concurrency cap.
 SELECT lonnymq_configure_channel_v2(%(queue)s::text, %(channel)s::text, %(max_concurrency)s::integer,

@@ -216,11 +216,18 @@ def messages_of(queue: str, conn: Any = None) -> list[dict[str, Any]]:
 
 
 def counts(conn: Any = None) -> dict[str, int]:
-    """Rows in each of the queue's tables (to show that a refused call wrote nothing)."""
-    return {
-        table: int(scalar(f"SELECT count(*) FROM {table}", None, conn))
-        for table in ("lonnymq_channel", "lonnymq_message", "lonnymq_dedup", "lonnymq_dead_message")
-    }
+    """Rows in each of the app's tables, every ``lonnymq_*`` one (to show that a refused call
+    wrote nothing)."""
+    tables = [
+        row["tablename"]
+        for row in rows(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+            " AND tablename LIKE 'lonnymq%%' ORDER BY 1",
+            None,
+            conn,
+        )
+    ]
+    return {table: int(scalar(f"SELECT count(*) FROM {table}", None, conn)) for table in tables}
 
 
 def ids(found: Iterable[dict[str, Any]]) -> list[int]:

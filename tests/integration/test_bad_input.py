@@ -388,3 +388,71 @@ def test_translate_leaves_unrelated_errors_alone():
 
 def test_ack_of_nothing_is_fine(nothing_written):
     assert ack([]) == []
+
+
+# ---------------------------------------------------------------------------------------
+# An outside review's inputs: each refused with InvalidArgument naming the field, nothing sent
+# ---------------------------------------------------------------------------------------
+
+
+def _deep(levels: int) -> list:
+    value: list = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("call", "field", "rule"),
+    [
+        (lambda: enqueue("bad\x00q", {}), "queue", "NUL"),
+        (lambda: enqueue("bad", {}, channel="c\x00"), "channel", "NUL"),
+        (lambda: enqueue("bad", {}, dedup_key="k\x00"), "dedup_key", "NUL"),
+        (lambda: enqueue("bad\ud800", {}), "queue", "lone surrogate"),
+        (lambda: enqueue("bad", {}, channel="\udc00x"), "channel", "lone surrogate"),
+        (lambda: enqueue("bad", {"text": "a\ud800b"}), "payload", "lone surrogate"),
+        (lambda: enqueue("bad", {"key\udfff": 1}), "payload", "lone surrogate"),
+        (lambda: enqueue("bad", _deep(100_000)), "payload", "nested"),
+        (lambda: enqueue("   ", {}), "queue", "blanks"),
+        (lambda: enqueue("bad", {}, channel=" \t"), "channel", "blanks"),
+        (lambda: enqueue("bad", {}, delay=float("nan")), "delay", "finite"),
+        (lambda: enqueue("bad", {}, delay=1e30), "delay", "at most 100 years"),
+        (lambda: enqueue("bad", {}, delay=dt.timedelta(days=3_000_000)), "delay", "at most 100 years"),
+        (lambda: enqueue("bad", {}, run_at=timezone.now() + dt.timedelta(days=40_000)), "run_at", "100 years"),
+        (lambda: enqueue("bad", {}, run_at=dt.datetime(1900, 1, 1, tzinfo=dt.UTC)), "run_at", "1970"),
+        (lambda: enqueue("bad", {}, using="nope"), "using", "DATABASES"),
+        (lambda: enqueue("bad", {}, using=""), "using", "DATABASES"),
+        (lambda: enqueue_many("bad", "abc"), "items", "list, tuple or iterator"),
+        (lambda: enqueue_many("bad", {"a": 1, "b": 2}), "items", "list, tuple or iterator"),
+        (lambda: enqueue_many("bad", {1, 2}), "items", "list, tuple or iterator"),
+        (lambda: enqueue_many("bad", 7), "items", "list, tuple or iterator"),
+        (lambda: enqueue_many("bad", [{}], using="nope"), "using", "DATABASES"),
+        (lambda: api.configure_channel("bad", "existing", release_interval=float("inf")), "release_interval", "finite"),
+        (lambda: api.configure_channel("bad", "existing", release_interval=9_223_371_000_000), "release_interval", "366 days"),
+        (lambda: api.check(grace=float("nan")), "grace", "finite"),
+        (lambda: api.check(grace=1e12), "grace", "1 day"),
+        (lambda: api.requeue_dead([2**63]), "ids", "between 1 and"),
+        (lambda: api.run_now([2**70]), "ids", "between 1 and"),
+        (lambda: api.cancel([-1]), "ids", "between 1 and"),
+        (lambda: api.purge_channel(2**63), "channel_id", "between 1 and"),
+        (lambda: api.cancel(None), "ids", "list, tuple or iterator"),
+        (lambda: api.run_now(5), "ids", "list, tuple or iterator"),
+        (lambda: api.requeue_dead("12"), "ids", "list, tuple or iterator"),
+        (lambda: api.cancel([1], using="nope"), "using", "DATABASES"),
+    ],
+)  # fmt: skip
+def test_review_input_is_refused_naming_the_field_and_rule(nothing_written, call, field, rule):
+    with pytest.raises(InvalidArgument) as caught:
+        call()
+    assert caught.value.field == field, caught.value
+    assert rule in str(caught.value), caught.value
+
+
+def test_a_far_future_delay_that_is_accepted_still_shows_in_the_admin(client, admin_user):
+    # The largest accepted delay keeps the release time a date Python can show (the admin
+    # answered 500 "year out of range" for 3,000,000 days before it was refused).
+    message_id = enqueue("bad", {}, channel="far", delay=dt.timedelta(days=36_525))
+    client.force_login(admin_user)
+    response = client.get("/admin/django_lonnymq/message/")
+    assert response.status_code == 200
+    api.cancel([message_id])

@@ -80,7 +80,7 @@ def test_the_test_settings_pass_every_check():
 
 def test_the_checks_are_registered():
     names = {c.__name__ for c in registry.registered_checks if c.__module__ == "django_lonnymq.checks"}
-    assert names == {"check_database", "check_settings"}
+    assert names == {"check_database", "check_settings", "check_handler_modules"}
 
 
 # ---------------------------------------------------------------------------------------
@@ -140,6 +140,23 @@ def test_e002_non_positive_duration(name, value):
     assert f"LONNYMQ_{name}" in errors[0].msg and repr(value) in errors[0].msg
 
 
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("LEASE", timedelta(days=2)),
+        ("WAKE_TOLERANCE", 86_401),
+        ("DEDUP_WINDOW", timedelta(days=400)),
+        ("POLL_INTERVAL", float("inf")),
+        ("RETRY_BACKOFF_MAX", float("nan")),
+    ],
+)
+def test_e002_duration_too_long_for_the_sql_functions(name, value):
+    with override_settings(**{f"LONNYMQ_{name}": value}):
+        errors = lonnymq_errors()
+    assert ids(errors) == ["lonnymq.E002"]
+    assert f"LONNYMQ_{name}" in errors[0].msg and "at most" in errors[0].msg
+
+
 def test_e002_accepts_timedeltas_and_seconds():
     with override_settings(LONNYMQ_LEASE=timedelta(minutes=2), LONNYMQ_POLL_INTERVAL=0.5):
         assert lonnymq_errors() == []
@@ -195,3 +212,21 @@ def test_e005_task_backend_on_a_non_postgresql_alias(sqlite_alias, settings):
     errors = lonnymq_errors(everything=True)
     assert ids(errors) == ["lonnymq.E005"]
     assert "'default'" in errors[0].msg and "PostgreSQL" in errors[0].msg
+
+
+# ---------------------------------------------------------------------------------------
+# E006: LONNYMQ_HANDLER_MODULES
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("modules", [["no_such_module_anywhere"], ["django_lonnymq.no_such_child"], "tests.testapp.handlers"])
+def test_e006_handler_modules_that_cannot_be_imported(modules):
+    with override_settings(LONNYMQ_HANDLER_MODULES=modules):
+        errors = lonnymq_errors()
+    assert ids(errors) == ["lonnymq.E006"]
+    assert "LONNYMQ_HANDLER_MODULES" in errors[0].msg
+
+
+def test_e006_accepts_modules_that_exist():
+    with override_settings(LONNYMQ_HANDLER_MODULES=["tests.testapp.handlers"]):
+        assert lonnymq_errors() == []

@@ -20,7 +20,9 @@ Thresholds are flags; ``--json`` prints the report as one JSON object (for monit
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 from datetime import timedelta
 from typing import Any
 
@@ -30,6 +32,8 @@ from django.db import DatabaseError, connections, transaction
 from django_lonnymq import api, sql
 from django_lonnymq.conf import settings
 from django_lonnymq.exceptions import LonnyMQError, sql_errors
+from django_lonnymq.limits import MAX_INTERVAL
+from django_lonnymq.management.commands.run_queue_worker import check_database
 
 TABLES = ("lonnymq_channel", "lonnymq_message", "lonnymq_wake", "lonnymq_dedup", "lonnymq_dead_message")
 
@@ -67,9 +71,13 @@ SELECT count(*) FILTER (WHERE lease_until < lonnymq_now_ms_v1() - %s),
 
 
 def _seconds(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise ValueError(text)
+    """A number of seconds: finite, 0 to 366 days."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or not 0 <= value <= MAX_INTERVAL.total_seconds():
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds from 0 to 366 days")
     return value
 
 
@@ -115,6 +123,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="Print the report as JSON.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        check_database(options["database"])
         alias = options["database"] or settings.DATABASE
         problems: list[str] = []
         report: dict[str, Any] = {}

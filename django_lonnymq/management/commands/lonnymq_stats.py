@@ -17,7 +17,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from django_lonnymq.conf import settings
-from django_lonnymq.management.commands.run_queue_worker import duration
+from django_lonnymq.management.commands.run_queue_worker import check_database, duration
 from django_lonnymq.models import QueueSample
 from django_lonnymq.views import (
     RATE_WINDOW,
@@ -92,6 +92,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["keep"] < timedelta(minutes=1):
             raise CommandError("--keep must be at least 1m")
+        check_database(options["database"])
         interval: timedelta | None = options["interval"]
         if interval is None:
             self._round(options)

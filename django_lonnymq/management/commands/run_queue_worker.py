@@ -8,8 +8,10 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connections
 
 from django_lonnymq.exceptions import InvalidArgument, NoHandler
+from django_lonnymq.limits import MAX_INTERVAL, MAX_LEASE
 from django_lonnymq.registry import autodiscover
 from django_lonnymq.worker import Worker
 
@@ -25,7 +27,15 @@ def duration(text: str) -> timedelta:
     seconds = float(match[1]) * _UNITS[match[2]]
     if seconds <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be longer than zero")
+    if seconds > MAX_INTERVAL.total_seconds():
+        raise argparse.ArgumentTypeError(f"{text!r} must be at most 366 days")
     return timedelta(seconds=seconds)
+
+
+def check_database(alias: str | None) -> None:
+    """``--database``: an alias of DATABASES (a one-line CommandError otherwise)."""
+    if alias is not None and alias not in connections:
+        raise CommandError(f"--database {alias!r} is not in DATABASES (aliases: {', '.join(connections)})")
 
 
 def positive_int(text: str) -> int:
@@ -87,8 +97,9 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["batch_size"] is not None and options["batch_size"] > 10_000:
             raise CommandError("--batch-size must be at most 10000")
-        if options["lease"] is not None and options["lease"] < timedelta(seconds=1):
-            raise CommandError("--lease must be at least 1s")
+        if options["lease"] is not None and not timedelta(seconds=1) <= options["lease"] <= MAX_LEASE:
+            raise CommandError("--lease must be between 1s and 24h")
+        check_database(options["database"])
         autodiscover()
         try:
             worker = Worker(

@@ -1,0 +1,39 @@
+"""Every statement of sql/stats.sql only reads: each runs in a READ ONLY transaction.
+
+The operators' views read through stats.sql; their writes (deleting a channel, purging dead
+messages, recording a sample) go through django_lonnymq.api and queries.sql.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection, transaction
+
+from django_lonnymq import enqueue, sql
+
+PARAMS = {
+    "queue_stats": {"queues": None},
+    "channel_counts": {"ids": [1, 2], "cap": 100},
+    "estimated_rows": {"table": "lonnymq_message"},
+}
+
+
+@pytest.mark.django_db
+def test_every_stats_query_runs_in_a_read_only_transaction():
+    enqueue("ro", {"n": 1})
+    names = set(sql.queries("stats.sql"))
+    assert names == set(PARAMS), f"give the new stats query {names - set(PARAMS)} its parameters here"
+    for name, params in PARAMS.items():
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION READ ONLY")
+            cursor.execute(sql.query(name), params)
+            cursor.fetchall()
+
+
+@pytest.mark.django_db
+def test_a_writing_statement_fails_in_such_a_transaction():
+    # The control: the same harness refuses a write (recording a sample).
+    with pytest.raises(Exception, match="read-only transaction"), transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION READ ONLY")
+            cursor.execute(sql.query("record_samples"), {"keep_ms": 60_000})
