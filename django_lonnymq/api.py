@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -18,7 +17,7 @@ from django.conf import settings as django_settings
 from django.db import connections
 from django.utils import timezone
 
-from . import limits, sql
+from . import jsontext, limits, sql
 from .conf import settings, to_ms
 from .exceptions import InvalidArgument, PayloadError, PriorityWithSchedule, sql_errors
 
@@ -28,12 +27,6 @@ except ImportError:  # psycopg2 users keep the client-side binding path
     psycopg = None  # type: ignore[assignment]
 
 _UNSET: Any = object()
-# A \u0000 escape in JSON text that is not an escaped backslash followed by "u0000".
-_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
-# A surrogate escape (\ud800-\udfff) in JSON text that is not an escaped backslash: json
-# writes a lone surrogate of a Python string this way, and PostgreSQL's jsonb refuses it.
-_SURROGATE_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
-_SURROGATE_PAIR = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}")
 # One encoder for every payload (json.dumps builds one per call). ensure_ascii stays on, so
 # the text's length is its size in bytes.
 _JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
@@ -87,11 +80,11 @@ def _payload(value: Any, field: str = "payload") -> str:
             type(value).__name__,
             message=f"{field} must be JSON-serializable: {exc}",
         ) from exc
-    if "\\u0000" in text and _NUL_ESCAPE.search(text):  # the cheap test first
+    if jsontext.has_nul_escape(text):
         raise PayloadError(
             field, "must not contain NUL characters (PostgreSQL jsonb refuses them)", "\\u0000"
         )
-    if "\\ud" in text and _has_lone_surrogate(text):  # the cheap test first
+    if ("\\ud" in text or "\\uD" in text) and jsontext.has_lone_surrogate(text):
         raise PayloadError(
             field, "must be valid Unicode (a string holds a lone surrogate)", "\\ud800-\\udfff"
         )
@@ -105,11 +98,6 @@ def _payload(value: Any, field: str = "payload") -> str:
             message=f"{field} is {size} bytes as JSON, more than LONNYMQ_MAX_PAYLOAD_BYTES={limit}",
         )
     return text
-
-
-def _has_lone_surrogate(text: str) -> bool:
-    """Whether JSON text escapes a surrogate that is not half of a pair."""
-    return bool(_SURROGATE_ESCAPE.search(_SURROGATE_PAIR.sub("", text)))
 
 
 def _int(field: str, value: Any, low: int, high: int) -> int:

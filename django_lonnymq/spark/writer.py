@@ -24,6 +24,7 @@ from typing import Any
 import psycopg
 from psycopg import conninfo, errors
 
+from .. import jsontext
 from ..exceptions import LonnyMQError, translate
 from ..sql import binary_arrays, query
 
@@ -315,6 +316,26 @@ def _check_chunk(
             names.channel,
             f"must be 1 to 200 characters, got {len(channels[i])}",
         )
+    if "\x00" in "".join(channels):
+        raise _row_error(
+            config,
+            chunk,
+            first(lambda r: "\x00" in r[0]),
+            offset,
+            where,
+            names.channel,
+            "contains a NUL character, which PostgreSQL text refuses",
+        )
+    if jsontext.has_lone_surrogate("".join(channels)):
+        raise _row_error(
+            config,
+            chunk,
+            first(lambda r: jsontext.has_lone_surrogate(r[0])),
+            offset,
+            where,
+            names.channel,
+            "contains a lone surrogate (invalid Unicode)",
+        )
     if None in payloads:
         raise _row_error(
             config,
@@ -325,6 +346,11 @@ def _check_chunk(
             names.payload,
             "is null; a message needs a JSON payload",
         )
+    if jsontext.suspicious("\n".join(payloads)):  # one scan of the chunk, then row by row
+        for i, payload in enumerate(payloads):
+            why = jsontext.problem(payload)
+            if why is not None:
+                raise _row_error(config, chunk, i, offset, where, names.payload, why)
     limit = config.max_payload_bytes
     if max(map(len, payloads)) * 4 > limit:  # only long texts can be too many bytes
         for i, payload in enumerate(payloads):

@@ -264,3 +264,24 @@ def test_without_a_dsn_database_url_is_used_or_the_error_says_so(
 def test_bad_arguments(spark: Any, dsn: str, kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ExportError, match=message):
         export(uploads(spark, 5), **{"queue": QUEUE, "channel_col": "tenant", "dsn": dsn, **kwargs})
+
+
+@pytest.mark.parametrize(
+    ("column", "bad_value", "message"),
+    [
+        ("tenant", "acme\x00corp", r"column 'tenant' contains a NUL character"),
+        ("body", '{"name": "\\ud800"}', r"column 'body' contains a lone surrogate"),
+        ("body", '{"score": NaN}', r"column 'body' contains NaN or Infinity"),
+    ],
+)
+def test_values_postgresql_refuses_are_named_with_their_row(
+    spark: Any, dsn: str, column: str, bad_value: str, message: str
+) -> None:
+    from pyspark.sql import functions as sf
+
+    df = uploads(spark, 10, partitions=1).withColumn("body", sf.lit('{"ok": true}'))
+    df = df.withColumn(column, sf.when(sf.col("file_id") == "file-4", sf.lit(bad_value)).otherwise(sf.col(column)))
+
+    with pytest.raises(ExportError, match=r"row 4 of partition 0: " + message):
+        export(df, queue=QUEUE, channel_col="tenant", payload_col="body", dsn=dsn)
+    assert messages(dsn, QUEUE) == []

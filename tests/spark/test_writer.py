@@ -144,6 +144,12 @@ def test_a_null_channel_names_the_column_and_row_and_writes_nothing_of_its_chunk
         (("t", "{}", None, None), "file_id", r"column 'file_id' is null; every row needs a dedup key"),
         (("t", "{}", "k" * 201, None), "file_id", r"column 'file_id' must be 1 to 200 characters"),
         (("t" * 201, "{}", "k", None), "tenant", r"column 'tenant' must be 1 to 200 characters"),
+        (("t\x00x", "{}", "k", None), "tenant", r"column 'tenant' contains a NUL character"),
+        (("t\ud800", "{}", "k", None), "tenant", r"column 'tenant' contains a lone surrogate"),
+        (("t", '{"a": "\\ud800"}', "k", None), "payload", r"contains a lone surrogate"),
+        (("t", '{"a": "\ud800"}', "k", None), "payload", r"contains a lone surrogate"),
+        (("t", '{"a": NaN}', "k", None), "payload", r"contains NaN or Infinity"),
+        (("t", '{"a": -Infinity}', "k", None), "payload", r"contains NaN or Infinity"),
     ],
 )
 def test_bad_rows_are_refused_with_their_column(

@@ -1,0 +1,69 @@
+"""Checks of JSON text that PostgreSQL's jsonb would refuse, without parsing it (no Django here:
+the Spark executors use it too).
+
+jsonb refuses a ``\\u0000`` escape, a surrogate escape that is not half of a pair, and the
+literals ``NaN``, ``Infinity`` and ``-Infinity`` that some JSON writers (Spark's ``to_json``,
+Python's ``json`` by default) produce. Each check runs a cheap substring test first.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+# An escape that is not itself an escaped backslash ("\\\\u0000" is the text \u0000).
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+_SURROGATE_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_SURROGATE_PAIR = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+
+
+def has_nul_escape(text: str) -> bool:
+    return "\\u0000" in text and _NUL_ESCAPE.search(text) is not None
+
+
+def has_lone_surrogate(text: str) -> bool:
+    """A surrogate escaped alone in the text, or a lone surrogate character in it."""
+    if ("\\ud" in text or "\\uD" in text) and _SURROGATE_ESCAPE.search(_SURROGATE_PAIR.sub("", text)):
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(name)
+
+
+def has_non_finite(text: str) -> bool:
+    """A bare NaN / Infinity / -Infinity literal (not the same words inside a string)."""
+    if "NaN" not in text and "Infinity" not in text:
+        return False
+    try:
+        json.loads(text, parse_constant=_refuse_constant)
+    except ValueError:
+        return True
+    return False
+
+
+def suspicious(text: str) -> bool:
+    """The cheap test: False means :func:`problem` has nothing to say about ``text``."""
+    if "\\u0000" in text or "\\ud" in text or "\\uD" in text or "NaN" in text or "Infinity" in text:
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def problem(text: str) -> str | None:
+    """Why jsonb would refuse ``text``, or None."""
+    if has_nul_escape(text):
+        return "contains a NUL character (\\u0000), which PostgreSQL's jsonb refuses"
+    if has_lone_surrogate(text):
+        return "contains a lone surrogate (invalid Unicode), which PostgreSQL's jsonb refuses"
+    if has_non_finite(text):
+        return "contains NaN or Infinity, which JSON (and PostgreSQL's jsonb) cannot hold"
+    return None
