@@ -1,0 +1,124 @@
+"""Drain rate of one busy channel against 1,000 channels, over worker configurations: ``python -m bench.grid``.
+
+For each number of workers (1, 2, 4), ``--concurrency`` (1, 4, 16) and ``--batch-size`` (1,
+10, 100), real ``run_queue_worker`` processes (no-op handler) drain ``--messages`` messages
+that sit in one channel, then the same number spread over 1,000 channels. Every cell is the
+median of ``--runs`` runs; the ratio (one channel / 1,000 channels) is taken per run and its
+median shown. The raw baseline (``DELETE ... SKIP LOCKED`` batches of 100, 4 workers) is
+measured in the same run. ``--quick`` runs the rows the targets name plus the diagonal.
+
+The workers are started once per configuration and kept up between runs (a sentinel message
+in flight keeps ``--burst`` workers from exiting), so a run times the drain, not Django's
+start-up. The server here runs with autovacuum off; each run starts after a VACUUM, as
+autovacuum would have done between two bursts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+import time
+
+from . import core
+
+QUEUE = "bench"
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/lq_bench_grid"
+
+
+def drain_rates(
+    url: str, conn, workers: int, concurrency: int, batch: int, n: int, runs: int
+) -> dict[int, list[float]]:
+    """msg/s per run for 1 and 1,000 channels, with the same worker processes."""
+    core.reset(conn)
+    core.enqueue_many(conn, QUEUE, ["sentinel"])
+    sentinel = core.dequeue(conn, QUEUE, 1)
+    args = ["--burst", "--concurrency", str(concurrency), "--batch-size", str(batch)]
+    procs = [core.start_worker(url, QUEUE, *args) for _ in range(workers)]
+    rates: dict[int, list[float]] = {1: [], 1000: []}
+    try:
+        for proc in procs:
+            proc.wait_for(r"lonnymq worker .*: queues=")
+        for _ in range(runs):
+            for channels in (1, 1000):  # interleaved: a busy moment slows both alike
+                conn.execute("VACUUM lonnymq_channel, lonnymq_message, lonnymq_wake")
+                names = [f"tenant-{i}" for i in range(channels)]
+                with conn.transaction():
+                    for start in range(0, n, 10_000):
+                        k = min(10_000, n - start)
+                        core.enqueue_many(conn, QUEUE, [names[(start + i) % channels] for i in range(k)])
+                t0 = time.perf_counter()
+                while core.count_messages(conn) > 1:
+                    time.sleep(0.005)
+                rates[channels].append(n / (time.perf_counter() - t0))
+        core.ack(conn, sentinel)
+        for proc in procs:
+            proc.wait(timeout=60)
+    finally:
+        for proc in procs:
+            if proc.popen.poll() is None:
+                proc.stop()
+    return rates
+
+
+def raw_rate(url: str, conn, n: int, runs: int) -> float:
+    core.reset(conn)
+    procs = [core.start_plain_worker(url, "drain", "--batch", "100") for _ in range(4)]
+    rates = []
+    try:
+        for proc in procs:
+            proc.wait_for("ready")
+        for _ in range(runs):
+            core.fill_plain(conn, n)
+            t0 = time.perf_counter()
+            while core.count_plain(conn) > 0:
+                time.sleep(0.005)
+            rates.append(n / (time.perf_counter() - t0))
+    finally:
+        for proc in procs:
+            proc.stop()
+    return statistics.median(rates)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.grid", description=__doc__.splitlines()[0])
+    parser.add_argument("--database-url", default=DEFAULT_URL)
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="the target rows and the diagonal only")
+    parser.add_argument("--workers", type=int, nargs="*", default=[1, 2, 4])
+    parser.add_argument("--concurrency", type=int, nargs="*", default=[1, 4, 16])
+    parser.add_argument("--batch", type=int, nargs="*", default=[1, 10, 100])
+    parser.add_argument("--no-setup", action="store_true", help="reuse the database of a previous run")
+    args = parser.parse_args(argv)
+
+    if not args.no_setup:
+        core.recreate_database(args.database_url)
+    conn = core.connect(args.database_url)
+    grid = list(itertools.product(args.workers, args.concurrency, args.batch))
+    if args.quick:
+        grid = [g for g in grid if g[2] == 100 or (g[1], g[2]) in {(1, 1), (4, 10), (16, 100)}]
+    print(f"machine: {core.machine_facts()}; server: {core.server_facts(conn)}")
+    raw = raw_rate(args.database_url, conn, args.messages, args.runs)
+    print(f"raw DELETE ... SKIP LOCKED, batch 100, 4 workers: {raw:,.0f} msg/s (median of {args.runs})")
+    print(f"{'workers':>7} {'conc':>5} {'batch':>6} {'1 channel':>11} {'1000 ch.':>10} {'1/1000':>7} "
+          f"{'1ch/raw':>8} {'1000/raw':>9}")  # fmt: skip
+    previous: dict[tuple[int, int], float] = {}
+    for workers, concurrency, batch in grid:
+        rates = drain_rates(args.database_url, conn, workers, concurrency, batch, args.messages, args.runs)
+        one, many = statistics.median(rates[1]), statistics.median(rates[1000])
+        ratio = statistics.median(a / b for a, b in zip(rates[1], rates[1000], strict=True))
+        note = ""
+        before = previous.get((concurrency, batch))
+        if before and one < before * 0.95:
+            note = f"  (lower than with fewer workers: {before:,.0f})"
+        previous[(concurrency, batch)] = one
+        print(
+            f"{workers:>7} {concurrency:>5} {batch:>6} {one:>11,.0f} {many:>10,.0f} {ratio:>7.2f} "
+            f"{one / raw:>8.2f} {many / raw:>9.2f}{note}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
