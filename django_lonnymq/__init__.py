@@ -10,7 +10,17 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["Discard", "Item", "Message", "Retry", "enqueue", "enqueue_many", "handler"]
+__all__ = [
+    "Discard",
+    "Item",
+    "Message",
+    "Retry",
+    "aenqueue",
+    "aenqueue_many",
+    "enqueue",
+    "enqueue_many",
+    "handler",
+]
 
 _PUBLIC = {
     "Discard": "exceptions",
@@ -18,12 +28,14 @@ _PUBLIC = {
     "Item": "api",
     "enqueue": "api",
     "enqueue_many": "api",
+    "aenqueue": "api",
+    "aenqueue_many": "api",
     "Message": "message",
     "handler": "registry",
 }
 
 if TYPE_CHECKING:
-    from .api import Item, enqueue, enqueue_many
+    from .api import Item, aenqueue, aenqueue_many, enqueue, enqueue_many
     from .exceptions import Discard, Retry
     from .message import Message
     from .registry import handler

@@ -7,18 +7,19 @@ commits or rolls back with the caller's rows.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.conf import settings as django_settings
 from django.db import connections
 from django.utils import timezone
 
-from . import jsontext, limits, sql
+from . import eager, jsontext, limits, sql
 from .conf import settings, to_ms
+from .durations import duration_ms as _duration_ms
 from .exceptions import InvalidArgument, PayloadError, PriorityWithSchedule, sql_errors
 
 try:
@@ -106,24 +107,6 @@ def _int(field: str, value: Any, low: int, high: int) -> int:
     if not low <= value <= high:
         raise InvalidArgument(field, f"must be between {low} and {high}", value)
     return value
-
-
-def _duration_ms(field: str, value: Any, most: timedelta = limits.MAX_AHEAD) -> int:
-    if isinstance(value, bool) or not isinstance(value, (timedelta, int, float)):
-        raise InvalidArgument(field, "must be a timedelta or a number of seconds", value)
-    if isinstance(value, float) and not math.isfinite(value):
-        raise InvalidArgument(field, "must be finite", value)
-    if value > (most if isinstance(value, timedelta) else most.total_seconds()):
-        raise InvalidArgument(field, f"must be at most {_human(most)}", value)
-    ms = to_ms(value)
-    if ms < 0:
-        raise InvalidArgument(field, "must not be negative", value)
-    return ms
-
-
-def _human(duration: timedelta) -> str:
-    days = duration.days
-    return f"{days // 365} years" if days >= 3650 else f"{days} days" if days > 1 else "1 day"
 
 
 def _epoch_ms(field: str, value: Any) -> int:
@@ -276,7 +259,10 @@ def enqueue(
         "max_attempts": attempts,
         **_common(),
     }
-    return int(_call(using, "enqueue", params))
+    message_id = int(_call(using, "enqueue", params))
+    if eager.enabled():
+        eager.after_enqueue(queue, [message_id], _alias(using))
+    return message_id
 
 
 def enqueue_many(
@@ -348,7 +334,10 @@ def enqueue_many(
         "default_max_attempts": default_attempts,
         **_common(),
     }
-    return [int(i) for i in _call_with_arrays(using, "enqueue_many", params)]
+    ids = [int(i) for i in _call_with_arrays(using, "enqueue_many", params)]
+    if eager.enabled():
+        eager.after_enqueue(queue, ids, _alias(using))
+    return ids
 
 
 # ---------------------------------------------------------------------------------------
@@ -484,3 +473,31 @@ def check(*, grace: timedelta | float = 1.0, using: str | None = None) -> list[P
 def now_ms() -> int:
     """The current time as the queue counts it (ms since the epoch)."""
     return int(timezone.now().timestamp() * 1000)
+
+
+# ---------------------------------------------------------------------------------------
+# Async views
+# ---------------------------------------------------------------------------------------
+
+
+async def aenqueue(queue: str, payload: Any, **options: Any) -> int:
+    """:func:`enqueue` for async code (async views, async tasks); same arguments.
+
+    It runs where Django's async ORM calls run (``sync_to_async(thread_sensitive=True)``),
+    so it uses the same connection: outside a transaction it commits at once, like
+    ``await Model.objects.acreate()``. Django has no async ``atomic()``: to enqueue in the
+    same transaction as other writes, put them and a plain :func:`enqueue` in one sync
+    function and ``await sync_to_async(that_function)()``.
+    """
+    return int(await sync_to_async(enqueue, thread_sensitive=True)(queue, payload, **options))
+
+
+async def aenqueue_many(queue: str, items: Iterable[Item | Any], **options: Any) -> list[int]:
+    """:func:`enqueue_many` for async code; see :func:`aenqueue` for the transaction rules."""
+    if not isinstance(items, (list, tuple)):  # a generator must be read here, not in another thread
+        if isinstance(items, (str, bytes, bytearray, Mapping, set, frozenset)) or not isinstance(
+            items, Iterable
+        ):
+            raise InvalidArgument("items", "must be a list, tuple or iterator of items", type(items).__name__)
+        items = list(items)
+    return list(await sync_to_async(enqueue_many, thread_sensitive=True)(queue, items, **options))

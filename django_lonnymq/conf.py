@@ -38,6 +38,8 @@ DEFAULTS: dict[str, Any] = {
     "WORKER_STATEMENT_TIMEOUT": timedelta(seconds=30),
     # On SIGTERM, how long running handlers may take before the worker exits anyway.
     "SHUTDOWN_TIMEOUT": timedelta(seconds=30),
+    # Tests: run each message's handler in-process when its enqueue commits (django_lonnymq.eager).
+    "EAGER": False,
     # How long a dedup key keeps refusing duplicates after its message was enqueued.
     "DEDUP_WINDOW": timedelta(days=1),
     # An enqueue wakes a channel (leaves a wake-up mark) only when its next turn is later

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from .api import _duration_ms
+from .durations import duration_ms
 from .exceptions import InvalidArgument
 from .limits import MAX_LEASE
 
@@ -49,6 +49,6 @@ class Message:
         """
         if self._extend is None:
             raise RuntimeError("this message was not delivered by a worker; it has no lease")
-        if duration is not None and _duration_ms("duration", duration, MAX_LEASE) < 1:
+        if duration is not None and duration_ms("duration", duration, MAX_LEASE) < 1:
             raise InvalidArgument("duration", "must be at least 1 ms", duration)
         self._extend(self, duration)

@@ -3,14 +3,21 @@
 ``drain()`` runs the real worker in-process (``--burst``), so handlers, retries, leases and
 dead letters behave as in production. Use it in tests marked
 ``@pytest.mark.django_db(transaction=True)`` (or ``TransactionTestCase``): the worker's
-connections must see the committed messages.
+connections must see the committed messages. In a plain ``TestCase`` use :func:`eager`
+(or ``LONNYMQ_EAGER = True``): each message's handler runs in-process as soon as its
+enqueue commits, which in a ``TestCase`` is at once (:mod:`django_lonnymq.eager`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
+from django.db import connections
+
+from . import eager as _eager
 from .conf import settings
 from .models import Message
 from .registry import autodiscover
@@ -20,8 +27,22 @@ from .worker import Stats, Worker
 def drain(
     *queues: str, concurrency: int = 1, batch_size: int | None = None, using: str | None = None
 ) -> Stats:
-    """Process every ready message of ``queues`` (all queues with messages when omitted)."""
+    """Process every ready message of ``queues`` (all queues with messages when omitted).
+
+    Warns when called inside a transaction (a ``TestCase``): the worker's own connection
+    cannot see messages enqueued there; use :func:`eager` in such tests.
+    """
     autodiscover()
+    alias = using or settings.DATABASE
+    if connections[alias].in_atomic_block:
+        warnings.warn(
+            "drain() runs inside a transaction (a TestCase?): the worker's own connection cannot "
+            "see the messages enqueued in it, so it will not run them. Use "
+            "django_lonnymq.testing.eager() (or LONNYMQ_EAGER = True), or a test with "
+            "transaction=True.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     names: Sequence[str] = queues or sorted(
         set(Message.objects.using(using or settings.DATABASE).values_list("channel__queue", flat=True))
     )
@@ -36,6 +57,14 @@ def drain(
         shutdown_timeout=5,
     )
     return worker.run()
+
+
+@contextmanager
+def eager() -> Iterator[None]:
+    """Run each message's handler in-process when its enqueue commits (at once in a
+    ``TestCase``), with retries and dead letters applied as by a worker."""
+    with _eager.forced():
+        yield
 
 
 def enqueued(queue: str, *, channel: str | None = None, using: str | None = None) -> list[Message]:
