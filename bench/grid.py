@@ -2,7 +2,8 @@
 
 For each number of workers (1, 2, 4), ``--concurrency`` (1, 4, 16) and ``--batch-size`` (1,
 10, 100), real ``run_queue_worker`` processes (no-op handler) drain ``--messages`` messages
-that sit in one channel, then the same number spread over 1,000 channels. Every cell is the
+that sit in one channel, then the same number spread over 1,000 channels (fewer for small
+batches: at most 200 x the batch size, at least 2,000). Every cell is the
 median of ``--runs`` runs; the ratio (one channel / 1,000 channels) is taken per run and its
 median shown. The raw baseline (``DELETE ... SKIP LOCKED`` batches of 100, 4 workers) is
 measured in the same run. ``--quick`` runs the rows the targets name plus the diagonal.
@@ -105,7 +106,9 @@ def main(argv: list[str] | None = None) -> None:
           f"{'1ch/raw':>8} {'1000/raw':>9}")  # fmt: skip
     previous: dict[tuple[int, int], float] = {}
     for workers, concurrency, batch in grid:
-        rates = drain_rates(args.database_url, conn, workers, concurrency, batch, args.messages, args.runs)
+        # Small batches drain slowly: fewer messages keep every cell to a few seconds.
+        n = min(args.messages, max(2_000, 200 * batch))
+        rates = drain_rates(args.database_url, conn, workers, concurrency, batch, n, args.runs)
         one, many = statistics.median(rates[1]), statistics.median(rates[1000])
         ratio = statistics.median(a / b for a, b in zip(rates[1], rates[1000], strict=True))
         note = ""
