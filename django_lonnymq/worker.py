@@ -311,7 +311,15 @@ class Worker:
         conn = self._conn
         if conn is None or conn.closed or conn.broken:
             return True
-        return isinstance(exc, psycopg.InterfaceError)
+        if isinstance(exc, psycopg.InterfaceError):
+            return True
+        root = exc.__cause__ if isinstance(exc, LonnyMQError) and exc.__cause__ else exc
+        if not isinstance(root, psycopg.OperationalError):
+            return False
+        # The client's own connection errors carry no SQLSTATE; the server's say 08xxx
+        # (connection exception) or 57P01-57P03 (shutting down, crashed, starting).
+        sqlstate = getattr(root, "sqlstate", None)
+        return sqlstate is None or sqlstate.startswith("08") or sqlstate in {"57P01", "57P02", "57P03"}
 
     def _statement_failed(self, what: str, exc: BaseException) -> None:
         """Log a statement that failed on a healthy connection, then back off."""
