@@ -546,22 +546,30 @@ class DeadChannelFilter(admin.SimpleListFilter):
 
 
 class StateFilter(admin.SimpleListFilter):
-    """in flight: leased (lease index); ready: due now; scheduled: due later (ready index)."""
+    """in flight: leased (lease index); paused: waiting in a paused channel; ready: due now
+    and scheduled: due later, both in a channel that is not paused (ready index)."""
 
     title = "state"
     parameter_name = "state"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("ready", "ready"), ("scheduled", "scheduled"), ("in_flight", "in flight")]
+        return [
+            ("ready", "ready"),
+            ("scheduled", "scheduled"),
+            ("paused", "paused"),
+            ("in_flight", "in flight"),
+        ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Message]) -> QuerySet[Message]:
         value, now = self.value(), api.now_ms()
         if value == "in_flight":
             return queryset.filter(lease_until__isnull=False)
+        if value == "paused":
+            return queryset.filter(lease_until__isnull=True, channel__paused=True)
         if value == "ready":
-            return queryset.filter(lease_until__isnull=True, dequeue_at__lte=now)
+            return queryset.filter(lease_until__isnull=True, dequeue_at__lte=now, channel__paused=False)
         if value == "scheduled":
-            return queryset.filter(lease_until__isnull=True, dequeue_at__gt=now)
+            return queryset.filter(lease_until__isnull=True, dequeue_at__gt=now, channel__paused=False)
         return queryset
 
 

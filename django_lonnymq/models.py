@@ -142,9 +142,12 @@ class Message(models.Model):
 
     @property
     def state(self) -> str:
-        """``in_flight``, ``scheduled`` (not due yet) or ``ready``."""
+        """``in_flight``, ``paused`` (waiting in a paused channel), ``scheduled`` (not due yet)
+        or ``ready``."""
         if self.lease_until is not None:
             return "in_flight"
+        if self.channel.paused:
+            return "paused"
         if self.dequeue_at > int(timezone.now().timestamp() * 1000):
             return "scheduled"
         return "ready"
@@ -288,6 +291,9 @@ class QueueSample(models.Model):
         help_text="Messages released (leased) from the queue's channels, ever: the sum of their "
         "counters (once per delivery; drops only when a channel is deleted).",
     )
+    paused = models.BigIntegerField(
+        default=0, help_text="Messages waiting in paused channels (never counted as ready or scheduled)."
+    )
 
     class Meta:
         db_table = "lonnymq_queue_sample"
@@ -305,6 +311,9 @@ class QueueSample(models.Model):
                 ),
                 name="lonnymq_queue_sample_counts_nonnegative",
             ),
+            models.CheckConstraint(
+                condition=Q(paused__gte=0), name="lonnymq_queue_sample_paused_nonnegative"
+            ),
         ]
         indexes = [
             models.Index(fields=["queue", "at"], name="lonnymq_sample_queue_at_idx"),
@@ -316,8 +325,13 @@ class QueueSample(models.Model):
 
     @property
     def depth(self) -> int:
-        """Messages waiting: ready plus scheduled."""
+        """Messages workers will take: ready plus scheduled (a paused channel's are apart)."""
         return self.ready + self.scheduled
+
+    @property
+    def backlog(self) -> int:
+        """Messages not done: waiting (ready, scheduled, paused) plus in flight."""
+        return self.ready + self.scheduled + self.paused + self.in_flight
 
     @property
     def oldest_ready_seconds(self) -> float | None:

@@ -35,6 +35,7 @@ COLORS = {
     "depth": "#2f6fb0",
     "in_flight": "#e08a1e",
     "dead": "#b03a2e",
+    "paused": "#8a8a3a",
     "drain": "#3c8f4a",
     "grow": "#b03a2e",
     "released": "#6a4fb0",
@@ -48,8 +49,11 @@ COLORS = {
 
 
 def backlog(sample: QueueSample) -> int:
-    """Messages not yet done: waiting (ready + scheduled) plus in flight."""
-    return sample.ready + sample.scheduled + sample.in_flight
+    """Messages not yet done: waiting (ready, scheduled, paused) plus in flight.
+
+    Paused messages belong to the backlog: pausing a channel moves its messages from ready
+    to paused and must not read as the backlog draining."""
+    return sample.backlog
 
 
 def net_drain_per_minute(samples: Sequence[QueueSample], since: datetime) -> float | None:
@@ -214,11 +218,16 @@ def _time_axis(chart: Chart, start: float, end: float) -> None:
 
 
 def backlog_chart(points: Sequence[QueueSample]) -> Chart | None:
-    """Lines: depth (ready + scheduled), in flight and dead over time."""
+    """Lines: depth (ready + scheduled), paused, in flight and dead over time."""
     if len(points) < 2:
         return None
-    chart = Chart(title="Depth, in flight and dead")
-    series = [("depth", "depth (ready + scheduled)"), ("in_flight", "in flight"), ("dead", "dead")]
+    chart = Chart(title="Depth, paused, in flight and dead")
+    series = [
+        ("depth", "depth (ready + scheduled)"),
+        ("paused", "paused"),
+        ("in_flight", "in flight"),
+        ("dead", "dead"),
+    ]
     start, end = points[0].at.timestamp(), points[-1].at.timestamp()
     span = max(end - start, 1e-3)
     top_value = nice_ceiling(max(max(getattr(p, attr) for p in points) for attr, _ in series))
@@ -425,11 +434,16 @@ class QueueCollector:
     """A prometheus-client collector of every queue's live figures (one SQL call per scrape)."""
 
     GAUGES = [
-        ("lonnymq_ready_messages", "Messages ready to be released now.", "ready"),
+        ("lonnymq_ready_messages", "Messages ready to be released now (paused channels apart).", "ready"),
         (
             "lonnymq_scheduled_messages",
             "Messages waiting for a future run time or a retry backoff.",
             "scheduled",
+        ),
+        (
+            "lonnymq_paused_messages",
+            "Messages waiting in paused channels (not ready, not scheduled).",
+            "paused",
         ),
         ("lonnymq_in_flight_messages", "Messages leased by a worker.", "in_flight"),
         ("lonnymq_dead_messages", "Messages in the dead-letter table.", "dead"),
@@ -451,7 +465,8 @@ class QueueCollector:
             yield gauge
         age = GaugeMetricFamily(
             "lonnymq_oldest_ready_age_seconds",
-            "How long the most overdue ready message has been due (0 when none is ready).",
+            "How long the most overdue ready message has been due (0 when none is ready; paused "
+            "channels do not count).",
             labels=["queue"],
         )
         for sample in samples:

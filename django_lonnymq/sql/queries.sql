@@ -55,7 +55,7 @@ SELECT lonnymq_purge_channel_v1(%(channel_id)s::bigint)
 
 -- name: record_samples
 -- One sample per queue for the dashboard's history, pruning old ones.
-SELECT * FROM lonnymq_record_samples_v1(%(keep_ms)s::bigint)
+SELECT * FROM lonnymq_record_samples_v2(%(keep_ms)s::bigint)
 
 -- name: delete_channel
 SELECT lonnymq_delete_channel_v1(%(id)s::bigint)

@@ -185,9 +185,13 @@ CREATE TABLE lonnymq_queue_sample (
     -- (leased) ever, once per delivery. Monotonic per channel; the sum drops only when a
     -- channel is deleted (its count leaves the sum), so readers clamp differences at 0.
     released_total   bigint      NOT NULL DEFAULT 0,
+    -- Messages waiting (not leased) in paused channels: never counted as ready or
+    -- scheduled (lonnymq_queue_stats_v2). 0 in samples recorded through _v1.
+    paused           bigint      NOT NULL DEFAULT 0,
     CONSTRAINT lonnymq_queue_sample_counts_nonnegative
         CHECK (channels >= 0 AND paused_channels >= 0 AND ready >= 0 AND scheduled >= 0
-               AND in_flight >= 0 AND dead >= 0 AND released_total >= 0)
+               AND in_flight >= 0 AND dead >= 0 AND released_total >= 0),
+    CONSTRAINT lonnymq_queue_sample_paused_nonnegative CHECK (paused >= 0)
 );
 CREATE INDEX lonnymq_sample_queue_at_idx ON lonnymq_queue_sample (queue, at);
 CREATE INDEX lonnymq_queue_sample_at_idx ON lonnymq_queue_sample (at);
@@ -1611,6 +1615,8 @@ $$;
 -- lonnymq_record_samples_v1, which writes the history table
 -- ---------------------------------------------------------------------------------------
 
+-- Kept for code of a release before paused became a state of its own (a rolling deploy): a
+-- paused channel's messages count as ready or scheduled, paused is 0. Use _v2.
 -- Exact figures per queue (all queues when p_queues is NULL), as sample rows with id NULL.
 -- Cost: ready/scheduled walk the ready index (channel_id, dequeue_at, id) once per channel,
 -- i.e. one index entry per waiting message of the queue (index-only when the visibility
@@ -1657,7 +1663,63 @@ AS $$
            coalesce(w.ready, 0)::bigint, coalesce(w.scheduled, 0)::bigint,
            coalesce(f.n, 0), coalesce(d.n, 0),
            CASE WHEN w.head <= now_ms.v THEN now_ms.v - w.head END,
-           coalesce(w.released_total, 0)::bigint
+           coalesce(w.released_total, 0)::bigint, 0::bigint
+      FROM queues q CROSS JOIN now_ms
+      LEFT JOIN waiting w ON w.queue = q.queue
+      LEFT JOIN flying f ON f.queue = q.queue
+      LEFT JOIN dead d ON d.queue = q.queue
+     ORDER BY q.queue
+$$;
+
+-- Exact figures per queue (all queues when p_queues is NULL), as sample rows with id NULL.
+-- A paused channel's waiting messages count as paused only: never ready, never scheduled,
+-- and never the oldest ready (an operator who pauses a tenant is not alerted by its wait).
+-- Cost as _v1: one walk of each channel's ready-index range, the lease index, and the
+-- (queue, died_at) index.
+CREATE FUNCTION lonnymq_queue_stats_v2(p_queues text[] DEFAULT NULL)
+RETURNS SETOF lonnymq_queue_sample
+LANGUAGE sql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+    WITH now_ms AS (
+        SELECT lonnymq_now_ms_v1() AS v
+    ), ch AS (
+        SELECT c.id, c.queue, c.paused, c.released_total FROM lonnymq_channel c
+         WHERE p_queues IS NULL OR c.queue = ANY (p_queues)
+    ), waiting AS (
+        SELECT ch.queue, pg_catalog.count(*) AS channels, pg_catalog.count(*) FILTER (WHERE ch.paused) AS paused_channels,
+               pg_catalog.sum(w.ready) FILTER (WHERE NOT ch.paused) AS ready,
+               pg_catalog.sum(w.scheduled) FILTER (WHERE NOT ch.paused) AS scheduled,
+               pg_catalog.sum(w.ready + w.scheduled) FILTER (WHERE ch.paused) AS paused,
+               pg_catalog.min(w.head) FILTER (WHERE NOT ch.paused) AS head,
+               pg_catalog.sum(ch.released_total) AS released_total
+          FROM ch CROSS JOIN now_ms
+          CROSS JOIN LATERAL (
+              SELECT pg_catalog.count(*) FILTER (WHERE m.dequeue_at <= now_ms.v) AS ready,
+                     pg_catalog.count(*) FILTER (WHERE m.dequeue_at > now_ms.v) AS scheduled,
+                     pg_catalog.min(m.dequeue_at) AS head
+                FROM lonnymq_message m
+               WHERE m.channel_id = ch.id AND m.lease_until IS NULL
+          ) w
+         GROUP BY ch.queue
+    ), flying AS (
+        SELECT ch.queue, pg_catalog.count(*) AS n
+          FROM lonnymq_message m JOIN ch ON ch.id = m.channel_id
+         WHERE m.lease_until IS NOT NULL
+         GROUP BY ch.queue
+    ), dead AS (
+        SELECT d.queue, pg_catalog.count(*) AS n FROM lonnymq_dead_message d
+         WHERE p_queues IS NULL OR d.queue = ANY (p_queues)
+         GROUP BY d.queue
+    ), queues AS (
+        SELECT waiting.queue FROM waiting UNION SELECT dead.queue FROM dead
+    )
+    SELECT NULL::bigint, q.queue, pg_catalog.clock_timestamp(),
+           coalesce(w.channels, 0), coalesce(w.paused_channels, 0),
+           coalesce(w.ready, 0)::bigint, coalesce(w.scheduled, 0)::bigint,
+           coalesce(f.n, 0), coalesce(d.n, 0),
+           CASE WHEN w.head <= now_ms.v THEN now_ms.v - w.head END,
+           coalesce(w.released_total, 0)::bigint, coalesce(w.paused, 0)::bigint
       FROM queues q CROSS JOIN now_ms
       LEFT JOIN waiting w ON w.queue = q.queue
       LEFT JOIN flying f ON f.queue = q.queue
@@ -1720,6 +1782,27 @@ BEGIN
         SELECT x.queue, x.at, x.channels, x.paused_channels, x.ready, x.scheduled,
                x.in_flight, x.dead, x.oldest_ready_ms, x.released_total
           FROM lonnymq_queue_stats_v1(NULL::text[]) x
+        RETURNING *;
+END
+$$;
+
+-- Record one sample per queue now (lonnymq_queue_stats_v2's figures: paused apart) and drop
+-- samples older than p_keep_ms. Returns the rows recorded.
+CREATE FUNCTION lonnymq_record_samples_v2(p_keep_ms bigint DEFAULT 86400000)
+RETURNS SETOF lonnymq_queue_sample
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM lonnymq_check_range_v1('keep', p_keep_ms, 1::bigint, 31622400000::bigint, false);
+    DELETE FROM lonnymq_queue_sample s
+     WHERE s.at < pg_catalog.clock_timestamp() - pg_catalog.make_interval(secs => p_keep_ms::double precision / 1000::double precision);
+    RETURN QUERY
+        INSERT INTO lonnymq_queue_sample (queue, at, channels, paused_channels, ready, scheduled,
+                                          in_flight, dead, oldest_ready_ms, released_total, paused)
+        SELECT x.queue, x.at, x.channels, x.paused_channels, x.ready, x.scheduled,
+               x.in_flight, x.dead, x.oldest_ready_ms, x.released_total, x.paused
+          FROM lonnymq_queue_stats_v2(NULL::text[]) x
         RETURNING *;
 END
 $$;

@@ -3,7 +3,7 @@
 -- transaction): writes go through django_lonnymq.api and queries.sql.
 
 -- name: queue_stats
-SELECT * FROM lonnymq_queue_stats_v1(%(queues)s::text[])
+SELECT * FROM lonnymq_queue_stats_v2(%(queues)s::text[])
 
 -- name: channel_counts
 SELECT channel_id, ready, scheduled, in_flight FROM lonnymq_channel_counts_v1(%(ids)s::bigint[], %(cap)s::integer)

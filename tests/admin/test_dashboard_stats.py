@@ -213,9 +213,11 @@ def test_lonnymq_stats_prints_a_table(busy_queue: None) -> None:
         "QUEUE",
         "CHANNELS",
         "PAUSED",
+        "CH",
         "READY",
         "SCHEDULED",
         "DEPTH",
+        "PAUSED",
         "IN",
         "FLIGHT",
         "DEAD",
@@ -227,7 +229,7 @@ def test_lonnymq_stats_prints_a_table(busy_queue: None) -> None:
         "DRAIN/MIN",
     ]
     row = next(line for line in lines if line.startswith(QUEUE + " "))
-    assert row.split()[:9] == [QUEUE, "2", "0", "3", "1", "4", "1", "1", "2"]
+    assert row.split()[:10] == [QUEUE, "2", "0", "3", "1", "4", "0", "1", "1", "2"]
     assert row.split()[-2:] == ["-", "-"]  # no history: no rates
     assert any(line.startswith("t_admin_other") for line in lines)
 

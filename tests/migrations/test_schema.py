@@ -38,6 +38,8 @@ RELEASED = {
     "0005_single_enqueue_mark_once.up.sql": "9548d4ced8d8e2919b102347e07210f03af7bdac052be3ea816d4c8bcaf9a7d2",
     "0006_pinned_and_bounded.down.sql": "44250444f155f2a4a6ce6fc0172269851d37619c6a2e9aebe2d7f64398399ad4",
     "0006_pinned_and_bounded.up.sql": "596a4765dd67a76265b811e3e4525d843d293736377b496af3d52b118b64d5a0",
+    "0007_paused_state.down.sql": "63eec3ec3ba94d1bb1125f388e99dcc0f4584effd94b742bbcda24d83c79d753",
+    "0007_paused_state.up.sql": "1d502078be33f6385cc3c3c559bd9378423cb62c808720304e378b79b10bada1",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

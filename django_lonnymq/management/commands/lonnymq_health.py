@@ -11,6 +11,8 @@ Reports, for the queue's database:
   reaping: all workers are down or stuck);
 * the scheduler's own invariant check (``django_lonnymq.api.check()``): in-flight counters
   that disagree with the leases, ready messages that no dequeue will look at;
+* each queue's oldest ready message: how long the most overdue message that a worker could
+  take now has been due; a paused channel's messages are paused, not ready, and never count;
 * a dequeue probe: one real dequeue of each queue that has work, in a transaction rolled
   back at once (nothing stays leased), so a queue whose dequeue fails is reported even
   while its workers keep running and backing off.
@@ -34,6 +36,7 @@ from django_lonnymq.conf import settings
 from django_lonnymq.exceptions import LonnyMQError, sql_errors
 from django_lonnymq.limits import MAX_INTERVAL
 from django_lonnymq.management.commands.run_queue_worker import check_database
+from django_lonnymq.models import QueueSample
 
 TABLES = ("lonnymq_channel", "lonnymq_message", "lonnymq_wake", "lonnymq_dedup", "lonnymq_dead_message")
 
@@ -120,6 +123,13 @@ class Command(BaseCommand):
             default=5.0,
             help="Grace the scheduler check gives a due message, in seconds (default 5).",
         )
+        parser.add_argument(
+            "--max-ready-age",
+            type=_seconds,
+            default=None,
+            help="Longest any ready message may have been due, in seconds (default: reported, not "
+            "judged). Messages of paused channels are not ready and never count.",
+        )
         parser.add_argument("--json", action="store_true", help="Print the report as JSON.")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -166,6 +176,23 @@ class Command(BaseCommand):
                 problems.append(
                     f"{stale} lease(s) expired more than {options['lease_grace']:g}s ago and were not "
                     "recovered: are any workers running?"
+                )
+
+        report["queues"] = {
+            sample.queue: {
+                "oldest_ready_s": sample.oldest_ready_seconds,
+                "ready": sample.ready,
+                "paused": sample.paused,
+            }
+            for sample in QueueSample.live(using=alias)
+        }
+        limit = options["max_ready_age"]
+        for queue, figures in report["queues"].items():
+            age = figures["oldest_ready_s"]
+            if limit is not None and age is not None and age > limit:
+                problems.append(
+                    f"queue {queue}: a ready message has been due for {age:.0f}s (more than {limit:g}s); "
+                    "are enough workers serving it?"
                 )
 
         report["dequeue_probe"] = self._probe_dequeues(alias)
@@ -231,6 +258,12 @@ class Command(BaseCommand):
             f"expired leases: {leases['all']} ({leases['older_than_grace']} older than "
             f"{options['lease_grace']:g}s)"
         )
+        for queue, figures in report["queues"].items():
+            age = figures["oldest_ready_s"]
+            out(
+                f"queue {queue}: {figures['ready']} ready, oldest due for "
+                f"{'-' if age is None else f'{age:g}s'}; {figures['paused']} paused"
+            )
         failing = [q for q, error in report["dequeue_probe"].items() if error is not None]
         out(f"dequeue probe: {len(report['dequeue_probe'])} queue(s) with work, {len(failing)} failing")
         out(f"scheduler check: {len(report['check'])} problem(s)")
