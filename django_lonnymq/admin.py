@@ -33,6 +33,7 @@ from . import api
 from .conf import settings
 from .models import Channel, DeadMessage, Message, stats_query
 from .urlparams import an_id, storable
+from .workers_admin import leased_by_link
 
 # Ready and scheduled counts of a channel stop at this many (shown as "10,000+"), and so do
 # filtered counts of the message and dead-letter lists.
@@ -634,7 +635,7 @@ class MessageAdmin(ReadOnlyQueueAdmin):
         "state_display",
         "due",
         "attempts_display",
-        "leased_by",
+        "leased_by_display",
         "lease_expires",
         "enqueued_at",
         "error_excerpt",
@@ -650,7 +651,7 @@ class MessageAdmin(ReadOnlyQueueAdmin):
         "due",
         "priority",
         "attempts_display",
-        "leased_by",
+        "leased_by_display",
         "lease_expires",
         "lease_token",
         "slot_taken",
@@ -672,6 +673,10 @@ class MessageAdmin(ReadOnlyQueueAdmin):
     @admin.display(description="state")
     def state_display(self, obj: Message) -> str:
         return obj.state.replace("_", " ")
+
+    @admin.display(description="leased by")
+    def leased_by_display(self, obj: Message) -> str:
+        return leased_by_link(obj)
 
     @admin.display(description="due")
     def due(self, obj: Message) -> datetime | None:

@@ -104,3 +104,23 @@ def check_handler_modules(app_configs: Any = None, **kwargs: Any) -> list[Error]
                 )
             )
     return errors
+
+
+@register(Tags.compatibility)
+def check_worker_heartbeat(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """E200: a worker counts as lost only after several heartbeats of silence (at least two)."""
+    try:
+        beat, lost = settings.ms("WORKER_HEARTBEAT"), settings.ms("WORKER_LOST_AFTER")
+    except (TypeError, ValueError, OverflowError):
+        return []  # E002 reports the malformed value
+    if beat > 0 and lost < 2 * beat:
+        return [
+            Error(
+                f"LONNYMQ_WORKER_LOST_AFTER ({settings.WORKER_LOST_AFTER!r}) must be at least twice "
+                f"LONNYMQ_WORKER_HEARTBEAT ({settings.WORKER_HEARTBEAT!r}): a live worker would show "
+                "as lost between two heartbeats, and another worker could take its name.",
+                hint="Keep the defaults (5 s and 30 s) or raise WORKER_LOST_AFTER.",
+                id="lonnymq.E200",
+            )
+        ]
+    return []

@@ -45,6 +45,12 @@ DEFAULTS: dict[str, Any] = {
     # An enqueue wakes a channel (leaves a wake-up mark) only when its next turn is later
     # than needed by more than this; a larger value means fewer marks, a later wake-up.
     "WAKE_TOLERANCE": timedelta(milliseconds=50),
+    # Workers you can see (django_lonnymq.workers): each worker writes its lonnymq_worker row
+    # this often; a row silent for longer than LOST_AFTER (several heartbeats) shows as lost;
+    # rows lost or stopped for longer than PRUNE_AFTER are deleted by any worker's heartbeat.
+    "WORKER_HEARTBEAT": timedelta(seconds=5),
+    "WORKER_LOST_AFTER": timedelta(seconds=30),
+    "WORKER_PRUNE_AFTER": timedelta(days=1),
     # Extra modules the worker imports to register handlers (besides each app's handlers.py).
     "HANDLER_MODULES": [],
 }
@@ -59,6 +65,9 @@ DURATIONS = {
     "SHUTDOWN_TIMEOUT",
     "DEDUP_WINDOW",
     "WAKE_TOLERANCE",
+    "WORKER_HEARTBEAT",
+    "WORKER_LOST_AFTER",
+    "WORKER_PRUNE_AFTER",
 }
 
 

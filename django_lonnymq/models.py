@@ -8,6 +8,7 @@ invariants; ORM updates of scheduler columns would bypass them.
 
 from __future__ import annotations
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
@@ -363,3 +364,57 @@ class QueueSample(models.Model):
                 sql.query("record_samples"), {"keep_ms": keep_ms}
             )
             return list(rows)
+
+
+# ---------------------------------------------------------------------------------------
+# Workers (0007): who is consuming, written by the workers' heartbeats
+# ---------------------------------------------------------------------------------------
+
+
+class Worker(models.Model):
+    """A worker process as its last heartbeat described it (see :mod:`django_lonnymq.workers`).
+
+    ``state`` is ``live``, ``lost`` (silent longer than ``LONNYMQ_WORKER_LOST_AFTER``) or
+    ``stopped`` (shut down gracefully). Rows are written by the workers only.
+    """
+
+    name = models.CharField(max_length=200, primary_key=True)
+    instance = models.UUIDField(help_text="This run of the worker (a restart is a new instance).")
+    host = models.TextField()
+    pid = models.IntegerField()
+    queues = ArrayField(models.TextField())
+    concurrency = models.IntegerField()
+    started_at = models.DateTimeField()
+    heartbeat_at = models.DateTimeField()
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    in_flight = models.IntegerField(
+        default=0, help_text="Messages it held at its last heartbeat (running or waiting for a thread)."
+    )
+    processed = models.BigIntegerField(default=0, help_text="Messages its handlers finished successfully.")
+    failed = models.BigIntegerField(default=0, help_text="Messages its handlers failed (retried or dead).")
+
+    class Meta:
+        db_table = "lonnymq_worker"
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(name__regex=r"^.{1,200}$"), name="lonnymq_worker_name_length"),
+            models.CheckConstraint(condition=Q(name__regex=r"\S"), name="lonnymq_worker_name_not_blank"),
+            models.CheckConstraint(
+                condition=Q(in_flight__gte=0, processed__gte=0, failed__gte=0, concurrency__gte=1),
+                name="lonnymq_worker_counts_nonnegative",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def state(self) -> str:
+        """``stopped``, ``lost`` or ``live`` (judged by this process's clock; the admin uses the database's)."""
+        from .workers import lost_after
+
+        if self.stopped_at is not None:
+            return "stopped"
+        if self.heartbeat_at < timezone.now() - lost_after():
+            return "lost"
+        return "live"

@@ -31,6 +31,7 @@ from .conf import settings, to_ms
 from .exceptions import Discard, InvalidArgument, LeaseLost, LonnyMQError, MessageNotFound, Retry, sql_errors
 from .message import Message
 from .registry import get_handler
+from .workers import Presence
 
 logger = logging.getLogger("django_lonnymq.worker")
 
@@ -146,7 +147,8 @@ class Worker:
             if shutdown_timeout is not None
             else settings.ms("SHUTDOWN_TIMEOUT") / 1000
         )
-        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.name = name if name is not None else f"{socket.gethostname()}:{os.getpid()}"
+        self.presence = Presence(self)  # its lonnymq_worker row (checks the name)
         self.poll_interval = settings.ms("POLL_INTERVAL") / 1000
         self.reap_interval = settings.ms("REAP_INTERVAL") / 1000
         self.stats = Stats()
@@ -696,7 +698,8 @@ class Worker:
         )
 
     def _maintain(self) -> None:
-        """Heartbeat running leases and reap expired ones, each on its own clock."""
+        """Heartbeat running leases, the worker's row, and reap expired leases, each on its own clock."""
+        self.presence.tick()
         now = time.monotonic()
         if self._next_extend and now >= self._next_extend:
             with self._lock:
@@ -765,6 +768,7 @@ class Worker:
                         },
                     )
                     self.stats.released += len(released or [])
+                self.presence.stopped()
         except _STATEMENT_ERRORS as exc:
             logger.warning("could not flush on shutdown (%s); leases will expire and be redelivered", exc)
         if self._running:

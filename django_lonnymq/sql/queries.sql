@@ -95,3 +95,14 @@ SELECT EXISTS (
        OR EXISTS (
            SELECT 1 FROM lonnymq_message m JOIN lonnymq_channel c ON c.id = m.channel_id
             WHERE m.lease_until IS NOT NULL AND c.queue = ANY (%(queues)s::text[]))
+
+-- name: worker_beat
+-- A worker's heartbeat row (django_lonnymq/workers.py); returns the name it holds.
+SELECT lonnymq_worker_beat_v1(%(name)s::text, %(instance)s::uuid, %(host)s::text, %(pid)s::integer,
+                              %(queues)s::text[], %(concurrency)s::integer, %(started_at)s::timestamptz,
+                              %(in_flight)s::integer, %(processed)s::bigint, %(failed)s::bigint,
+                              %(lost_after_ms)s::bigint, %(prune_after_ms)s::bigint)
+
+-- name: worker_stop
+SELECT lonnymq_worker_stop_v1(%(name)s::text, %(instance)s::uuid, %(in_flight)s::integer,
+                              %(processed)s::bigint, %(failed)s::bigint)

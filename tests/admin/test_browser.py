@@ -11,13 +11,15 @@ from __future__ import annotations
 import os
 import shutil
 import time
+import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
 from django.db import connections
 
-from django_lonnymq import api
+from django_lonnymq import api, sql
 from django_lonnymq.models import Channel, DeadMessage, Message, QueueSample
 
 from .conftest import ack, dequeue, make_dead
@@ -69,6 +71,31 @@ def workload() -> int:
         time.sleep(0.25)
     QueueSample.record()
     return dead_id
+
+
+def workers_seen() -> None:
+    """Three worker rows through the heartbeat SQL: encoder-1 live and holding two leases,
+    encoder-2 silent for a minute (lost), encoder-3 stopped."""
+    instances = {name: str(uuid.uuid4()) for name in ("encoder-1", "encoder-2", "encoder-3")}
+    with connections["default"].cursor() as cursor:
+        for name, instance in instances.items():
+            cursor.execute(
+                sql.query("worker_beat"),
+                {
+                    "name": name, "instance": instance, "host": "render-box", "pid": 4000,
+                    "queues": [QUEUE], "concurrency": 4, "started_at": datetime.now(UTC),
+                    "in_flight": 2 if name == "encoder-1" else 0, "processed": 10, "failed": 1,
+                    "lost_after_ms": 30_000, "prune_after_ms": 86_400_000,
+                },
+            )  # fmt: skip
+        cursor.execute(
+            sql.query("worker_stop"),
+            {"name": "encoder-3", "instance": instances["encoder-3"], "in_flight": 0, "processed": 12, "failed": 1},
+        )
+        cursor.execute(
+            "UPDATE lonnymq_worker SET heartbeat_at = heartbeat_at - interval '1 minute' WHERE name = 'encoder-2'"
+        )
+    assert len(dequeue(QUEUE, batch_size=2, worker="encoder-1")) == 2
 
 
 def test_ops_change_a_limit_requeue_and_see_the_dashboard(live_server, transactional_db, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -137,6 +164,25 @@ def test_ops_change_a_limit_requeue_and_see_the_dashboard(live_server, transacti
             # The workload released messages between its samples: a real throughput figure.
             assert page.locator("#lq-throughput .lq-value").inner_text() not in ("-", "0.0")
             page.screenshot(path=str(SCREENSHOT), full_page=True)
+
+            # The worker list: one live, one lost (silent), one stopped; a held message links to its worker.
+            workers_seen()
+            page.goto(f"{live_server.url}/admin/django_lonnymq/worker/")
+            page.wait_for_selector("#result_list")
+            states = {
+                row.locator("th.field-name").inner_text(): row.locator("td.field-state_display").inner_text()
+                for row in page.locator("#result_list tbody tr").all()
+            }
+            assert states == {"encoder-1": "live", "encoder-2": "lost", "encoder-3": "stopped"}
+            live_row = page.locator("#result_list tbody tr", has_text="encoder-1")
+            assert live_row.locator("td.field-in_flight").inner_text() == "2"
+            assert live_row.locator("td.field-leases_now").inner_text() == "2"
+            page.screenshot(path=str(OUTPUT / "workers.png"), full_page=True)
+            live_row.locator("td.field-leases_now a").click()
+            page.wait_for_selector("#result_list")
+            page.locator("#result_list td.field-leased_by_display a").first.click()
+            page.wait_for_selector("div.field-name")
+            assert "encoder-1" in page.locator("div.field-name").inner_text()
         finally:
             browser.close()
             # ORM calls inside this block ran on connections of Playwright's context (Django's

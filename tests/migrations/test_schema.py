@@ -40,6 +40,8 @@ RELEASED = {
     "0006_pinned_and_bounded.up.sql": "596a4765dd67a76265b811e3e4525d843d293736377b496af3d52b118b64d5a0",
     "0007_paused_state.down.sql": "63eec3ec3ba94d1bb1125f388e99dcc0f4584effd94b742bbcda24d83c79d753",
     "0007_paused_state.up.sql": "1d502078be33f6385cc3c3c559bd9378423cb62c808720304e378b79b10bada1",
+    "0008_workers.down.sql": "f8228526bddeafb78c559ca14f09e4c5dd5c7fac218e36a46d4f424eb80f2dff",
+    "0008_workers.up.sql": "05ab5a9d8362462f3ec593ef67f78475485f80f6b751d9fbaa689733d1119ffc",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

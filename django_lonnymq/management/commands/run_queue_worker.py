@@ -93,6 +93,12 @@ class Command(BaseCommand):
             help="How long running handlers may finish after SIGTERM (default LONNYMQ_SHUTDOWN_TIMEOUT).",
         )
         parser.add_argument("--database", default=None, help="Database alias (default LONNYMQ_DATABASE).")
+        parser.add_argument(
+            "--name",
+            default=None,
+            help="The worker's name in the admin and in messages' leased_by (default host:pid; "
+            "a name a live worker holds gets a #2, #3... suffix).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["batch_size"] is not None and options["batch_size"] > 10_000:
@@ -111,6 +117,7 @@ class Command(BaseCommand):
                 max_messages=options["max_messages"],
                 using=options["database"],
                 shutdown_timeout=options["shutdown_timeout"],
+                name=options["name"],
             )
         except (NoHandler, InvalidArgument) as exc:
             raise CommandError(str(exc)) from exc

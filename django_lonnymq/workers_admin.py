@@ -1,0 +1,150 @@
+"""The worker list in the admin (read-only; rows are written by the workers' heartbeats), and
+the link from a message's ``leased_by`` to its worker.
+
+A worker's state is judged on the database's clock: ``stopped`` (graceful shutdown),
+``lost`` (silent longer than ``LONNYMQ_WORKER_LOST_AFTER``) or ``live``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin.utils import quote
+from django.db.models import (
+    Case,
+    Count,
+    DateTimeField,
+    ExpressionWrapper,
+    F,
+    IntegerField,
+    OuterRef,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
+from django.db.models.functions import Coalesce, Now
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.http import urlencode
+
+from .models import Message, Worker
+from .workers import lost_after
+
+STATES = (("live", "live"), ("lost", "lost"), ("stopped", "stopped"))
+
+
+def with_state(queryset: QuerySet[Worker]) -> QuerySet[Worker]:
+    """Workers annotated with ``lq_state`` (on the database's clock) and ``lq_leases``, the
+    leases their name holds now (through the in-flight index: only leased messages are read)."""
+    cutoff = ExpressionWrapper(Now() - Value(lost_after()), output_field=DateTimeField())
+    leases = (
+        Message.objects.filter(leased_by=OuterRef("name"), lease_until__isnull=False)
+        .order_by()
+        .values("leased_by")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    return queryset.annotate(
+        lq_state=Case(
+            When(stopped_at__isnull=False, then=Value("stopped")),
+            When(heartbeat_at__lt=cutoff, then=Value("lost")),
+            default=Value("live"),
+        ),
+        lq_leases=Coalesce(Subquery(leases, output_field=IntegerField()), Value(0)),
+    )
+
+
+class WorkerStateFilter(admin.SimpleListFilter):
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> tuple[tuple[str, str], ...]:
+        return STATES
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Worker]) -> QuerySet[Worker]:
+        value = self.value()
+        if value in dict(STATES):
+            return queryset.filter(lq_state=value)
+        return queryset
+
+
+@admin.register(Worker)
+class WorkerAdmin(admin.ModelAdmin):
+    list_display = (
+        "name",
+        "state_display",
+        "host",
+        "pid",
+        "queues_display",
+        "concurrency",
+        "in_flight",
+        "leases_now",
+        "processed",
+        "failed",
+        "started_at",
+        "heartbeat_at",
+        "stopped_at",
+    )
+    list_filter = (WorkerStateFilter,)
+    search_fields = ("name", "host")
+    show_facets = admin.ShowFacets.NEVER
+    list_per_page = 100
+    fields = (
+        "name",
+        "state_display",
+        "host",
+        "pid",
+        "instance",
+        "queues_display",
+        "concurrency",
+        "in_flight",
+        "leases_now",
+        "processed",
+        "failed",
+        "started_at",
+        "heartbeat_at",
+        "stopped_at",
+    )
+    readonly_fields = fields
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Worker]:
+        return with_state(super().get_queryset(request))
+
+    def get_ordering(self, request: HttpRequest) -> list[str]:
+        return [F("stopped_at").desc(nulls_first=True), F("heartbeat_at").desc(), "name"]  # type: ignore[list-item]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # rows are the workers' own; any worker prunes old ones
+
+    @admin.display(description="state", ordering="lq_state")
+    def state_display(self, obj: Worker) -> str:
+        return getattr(obj, "lq_state", None) or obj.state
+
+    @admin.display(description="queues")
+    def queues_display(self, obj: Worker) -> str:
+        return ", ".join(obj.queues)
+
+    @admin.display(description="leases held now", ordering="lq_leases")
+    def leases_now(self, obj: Worker) -> Any:
+        count = getattr(obj, "lq_leases", 0)
+        if not count:
+            return 0
+        url = reverse("admin:django_lonnymq_message_changelist") + "?" + urlencode({"leased_by": obj.name})
+        return format_html('<a href="{}">{}</a>', url, count)
+
+
+def leased_by_link(obj: Message) -> str:
+    """A message's ``leased_by`` as a link to its worker's page."""
+    if not obj.leased_by:
+        return "-"
+    url = reverse("admin:django_lonnymq_worker_change", args=[quote(obj.leased_by)])
+    return format_html('<a href="{}">{}</a>', url, obj.leased_by)
