@@ -1,11 +1,12 @@
-"""System checks, ids ``lonnymq.E00x`` / ``lonnymq.W00x`` (one test each in tests/unit/test_checks.py)."""
+"""System checks, ids ``lonnymq.E00x`` / ``lonnymq.W00x`` / ``lonnymq.W210`` (one test each in tests/unit/test_checks.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.core.checks import Error, Tags, register
-from django.db import connections
+from django.core.checks import Warning as CheckWarning
+from django.db import DatabaseError, connections
 
 from .conf import DEFAULTS, DURATIONS, settings, to_ms
 from .limits import MAX_INTERVAL, MAX_LEASE
@@ -123,4 +124,31 @@ def check_worker_heartbeat(app_configs: Any = None, **kwargs: Any) -> list[Error
                 id="lonnymq.E200",
             )
         ]
+    return []
+
+
+@register(Tags.database)
+def check_schema_installed(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckWarning]:
+    """W210: the queue's database has every migration of the app (its tables and functions).
+
+    A warning, not an error: ``migrate`` runs the database checks before it migrates, and an
+    error would stop the very command that fixes it. ``run_queue_worker`` refuses to start
+    instead (django_lonnymq.installed.require).
+    """
+    from .exceptions import SchemaMissing
+    from .installed import require
+
+    alias = settings.DATABASE
+    if not databases or alias not in databases or alias not in connections.settings:
+        return []
+    if connections[alias].vendor != "postgresql":
+        return []  # E001 says so
+    try:
+        require(alias)
+    except SchemaMissing as exc:
+        return [CheckWarning(str(exc), hint="Run `python manage.py migrate`.", id="lonnymq.W210")]
+    except DatabaseError:
+        return []  # unreachable: the commands that need it say so when they connect
     return []

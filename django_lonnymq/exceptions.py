@@ -59,6 +59,20 @@ class NoHandler(LonnyMQError):
     """A worker was asked to serve a queue that has no registered handler."""
 
 
+class SchemaMissing(LonnyMQError):
+    """The queue's tables or functions are missing or older than the code: migrate first."""
+
+    HINT = "run `python manage.py migrate`"
+
+    def __init__(self, detail: str, *, database: str | None = None):
+        self.detail = detail
+        self.database = database
+        where = f" in database {database!r}" if database else ""
+        super().__init__(
+            f"django-lonnymq's tables or functions are missing or out of date{where} ({detail}): {self.HINT}"
+        )
+
+
 class Retry(Exception):  # noqa: N818 - a request, not an error
     """Raise from a handler to retry the message after ``delay`` (counts as an attempt).
 
@@ -118,6 +132,11 @@ _CONSTRAINT_RULES: dict[str, tuple[str, str]] = {
     "lonnymq_message_dedup_key_length": ("dedup_key", "must be 1 to 200 characters"),
 }
 
+# Undefined function, table, column: when the object is one of ours, the app's migrations
+# were not applied (or not all of them) to this database.
+_UNDEFINED = {"42883", "42P01", "42703"}
+_OURS = re.compile(r"\blonnymq_\w+")
+
 _INVALID_TEXT = re.compile(r"^(?P<field>\S+) (?P<rule>.+), got (?P<value>.*)$")
 
 
@@ -144,6 +163,8 @@ def translate(exc: BaseException) -> LonnyMQError | None:
         if kind is PriorityWithSchedule:
             return PriorityWithSchedule("priority", "cannot be combined with a future run time", message=text)
         return kind(text)
+    if sqlstate in _UNDEFINED and _OURS.search(text):
+        return SchemaMissing(text)
     if sqlstate == "23514":
         constraint = getattr(diag, "constraint_name", None) or ""
         if constraint in _CONSTRAINT_RULES:

@@ -28,7 +28,16 @@ from django.db import close_old_connections, connections
 
 from . import sql
 from .conf import settings, to_ms
-from .exceptions import Discard, InvalidArgument, LeaseLost, LonnyMQError, MessageNotFound, Retry, sql_errors
+from .exceptions import (
+    Discard,
+    InvalidArgument,
+    LeaseLost,
+    LonnyMQError,
+    MessageNotFound,
+    Retry,
+    SchemaMissing,
+    sql_errors,
+)
 from .message import Message
 from .registry import get_handler
 from .workers import Presence
@@ -46,6 +55,13 @@ _ERROR_BACKOFF_MAX = 30.0
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _root_error(exc: BaseException) -> BaseException:
+    """The database error under a typed one; a missing schema keeps its hint (migrate)."""
+    if isinstance(exc, LonnyMQError) and exc.__cause__ and not isinstance(exc, SchemaMissing):
+        return exc.__cause__
+    return exc
 
 
 def _backoff(previous: float) -> float:
@@ -315,7 +331,7 @@ class Worker:
             return True
         if isinstance(exc, psycopg.InterfaceError):
             return True
-        root = exc.__cause__ if isinstance(exc, LonnyMQError) and exc.__cause__ else exc
+        root = _root_error(exc)
         if not isinstance(root, psycopg.OperationalError):
             return False
         # The client's own connection errors carry no SQLSTATE; the server's say 08xxx
@@ -327,7 +343,7 @@ class Worker:
         """Log a statement that failed on a healthy connection, then back off."""
         self.stats.statement_errors += 1
         self._error_backoff = _backoff(self._error_backoff)
-        root = exc.__cause__ if isinstance(exc, LonnyMQError) and exc.__cause__ else exc
+        root = _root_error(exc)
         sqlstate = getattr(root, "sqlstate", None)
         kind = "was cancelled" if isinstance(root, psycopg.errors.QueryCanceled) else "failed"
         logger.error(
@@ -413,7 +429,7 @@ class Worker:
         self.stats.statement_errors += 1
         delay = self._queue_backoff[queue_name] = _backoff(self._queue_backoff.get(queue_name, 0.0))
         self._queue_retry_at[queue_name] = time.monotonic() + delay
-        root = exc.__cause__ if isinstance(exc, LonnyMQError) and exc.__cause__ else exc
+        root = _root_error(exc)
         sqlstate = getattr(root, "sqlstate", None)
         logger.error(
             "dequeue of queue %s %s (%s%s: %s); trying it again in %.1fs, other queues go on",

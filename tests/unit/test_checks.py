@@ -16,6 +16,9 @@ from django.db.utils import ConnectionHandler
 from django.test import override_settings
 from django_tasks import task_backends
 
+# The database checks (E001, W210) run as `manage.py check --database default` runs them.
+pytestmark = pytest.mark.django_db
+
 
 def lonnymq_errors(*, everything: bool = False) -> list[Error]:
     """The errors the checks registered by django_lonnymq/checks.py report, called through
@@ -80,7 +83,13 @@ def test_the_test_settings_pass_every_check():
 
 def test_the_checks_are_registered():
     names = {c.__name__ for c in registry.registered_checks if c.__module__ == "django_lonnymq.checks"}
-    assert names == {"check_database", "check_settings", "check_handler_modules", "check_worker_heartbeat"}
+    assert names == {
+        "check_database",
+        "check_settings",
+        "check_handler_modules",
+        "check_worker_heartbeat",
+        "check_schema_installed",
+    }
 
 
 # ---------------------------------------------------------------------------------------
@@ -219,7 +228,9 @@ def test_e005_task_backend_on_a_non_postgresql_alias(sqlite_alias, settings):
 # ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("modules", [["no_such_module_anywhere"], ["django_lonnymq.no_such_child"], "tests.testapp.handlers"])
+@pytest.mark.parametrize(
+    "modules", [["no_such_module_anywhere"], ["django_lonnymq.no_such_child"], "tests.testapp.handlers"]
+)
 def test_e006_handler_modules_that_cannot_be_imported(modules):
     with override_settings(LONNYMQ_HANDLER_MODULES=modules):
         errors = lonnymq_errors()
@@ -230,3 +241,27 @@ def test_e006_handler_modules_that_cannot_be_imported(modules):
 def test_e006_accepts_modules_that_exist():
     with override_settings(LONNYMQ_HANDLER_MODULES=["tests.testapp.handlers"]):
         assert lonnymq_errors() == []
+
+
+# ---------------------------------------------------------------------------------------
+# W210: the queue's database has every migration of the app
+# ---------------------------------------------------------------------------------------
+
+
+def test_w210_a_migration_not_applied():
+    from django.db import transaction
+
+    class Undo(Exception):
+        pass
+
+    with pytest.raises(Undo), transaction.atomic():
+        with connections["default"].cursor() as cursor:
+            cursor.execute(
+                "DELETE FROM django_migrations WHERE app = 'django_lonnymq' AND name = '0007_paused_state'"
+            )
+        errors = lonnymq_errors()
+        raise Undo  # the row comes back
+    assert ids(errors) == ["lonnymq.W210"]
+    assert "0007_paused_state" in errors[0].msg and "'default'" in errors[0].msg
+    assert "python manage.py migrate" in errors[0].msg and "python manage.py migrate" in errors[0].hint
+    assert lonnymq_errors() == []

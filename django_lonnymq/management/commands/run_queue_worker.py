@@ -8,9 +8,11 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import connections
+from django.db import DatabaseError, connections
 
-from django_lonnymq.exceptions import InvalidArgument, NoHandler
+from django_lonnymq import installed
+from django_lonnymq.conf import settings
+from django_lonnymq.exceptions import InvalidArgument, NoHandler, SchemaMissing
 from django_lonnymq.limits import MAX_INTERVAL, MAX_LEASE
 from django_lonnymq.registry import autodiscover
 from django_lonnymq.worker import Worker
@@ -106,6 +108,14 @@ class Command(BaseCommand):
         if options["lease"] is not None and not timedelta(seconds=1) <= options["lease"] <= MAX_LEASE:
             raise CommandError("--lease must be between 1s and 24h")
         check_database(options["database"])
+        try:
+            installed.require(options["database"] or settings.DATABASE)
+        except SchemaMissing as exc:
+            raise CommandError(str(exc)) from exc
+        except DatabaseError:
+            pass  # unreachable now: the worker retries its connection, and says so
+        finally:
+            connections[options["database"] or settings.DATABASE].close()
         autodiscover()
         try:
             worker = Worker(
