@@ -73,6 +73,14 @@ class SchemaMissing(LonnyMQError):
         )
 
 
+class UnknownTask(LonnyMQError, LookupError):
+    """A task message names a backend alias or a task path this project does not have."""
+
+
+class WorkerInterrupted(LonnyMQError):
+    """The worker was told to exit at once while this task ran (its message comes back)."""
+
+
 class Retry(Exception):  # noqa: N818 - a request, not an error
     """Raise from a handler to retry the message after ``delay`` (counts as an attempt).
 

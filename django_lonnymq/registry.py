@@ -12,6 +12,8 @@ HandlerFunc = Callable[[Any], Any]
 F = TypeVar("F", bound=HandlerFunc)
 
 _handlers: dict[str, HandlerFunc] = {}
+# The handler of a queue that has none of its own (a task backend that accepts any queue name).
+_fallback: HandlerFunc | None = None
 # Called by autodiscover() after the handler modules are imported: how other parts of the
 # app (the Django Tasks backend) register handlers without this module importing them.
 _discovery_hooks: list[Callable[[], Any]] = []
@@ -52,6 +54,8 @@ def get_handler(queue: str) -> HandlerFunc:
     try:
         return _handlers[queue]
     except KeyError:
+        if _fallback is not None:
+            return _fallback
         known = ", ".join(sorted(_handlers)) or "none"
         raise NoHandler(
             f"no handler is registered for queue {queue!r} (queues with handlers: {known}). "
@@ -63,6 +67,12 @@ def get_handler(queue: str) -> HandlerFunc:
 def register_default(queue: str, func: HandlerFunc) -> None:
     """Make ``func`` the handler of ``queue`` unless one is registered already."""
     _handlers.setdefault(queue, func)
+
+
+def set_fallback(func: HandlerFunc | None) -> None:
+    """Make ``func`` the handler of every queue without one (None: no such handler)."""
+    global _fallback
+    _fallback = func
 
 
 def add_discovery_hook(hook: Callable[[], Any]) -> None:

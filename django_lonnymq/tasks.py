@@ -19,25 +19,31 @@ Results are stored in ``lonnymq_task_result``, apart from the queue's hot tables
 
 The worker runs a task message only if its path names a ``Task`` object found in an
 installed app's ``tasks`` module (or a module in ``OPTIONS["TASK_MODULES"]``): a payload
-can never make the worker import arbitrary code.
+can never make the worker import arbitrary code. Every run ends its result in a final state
+(or ``READY`` again while retries remain) with the error recorded, and sends
+``task_started`` and ``task_finished``, whatever stopped it: an exception (``SystemExit``
+and ``KeyboardInterrupt`` included), a return value that cannot be stored as JSON, a path
+that is not a task, or a backend alias that is not configured.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
+import json
 import logging
 import traceback
 from collections.abc import Iterator
 from importlib import import_module
-from typing import Any
+from typing import Any, NoReturn
 
-from django.db import connections, transaction
+from django.db import connections
 from django.utils import timezone
 
 from . import api
 from .conf import settings as lonnymq_settings
-from .exceptions import Discard, LonnyMQError
+from .exceptions import Discard, LonnyMQError, PayloadError, UnknownTask, WorkerInterrupted
 from .message import Message
 from .registry import add_discovery_hook, register_default
 
@@ -46,23 +52,35 @@ try:  # Django 6
     from django.tasks import exceptions as _task_exceptions
     from django.tasks import signals as _task_signals
     from django.tasks.backends.base import BaseTaskBackend
-    from django.tasks.base import Task, TaskError
+    from django.tasks.base import DEFAULT_TASK_BACKEND_ALIAS, DEFAULT_TASK_QUEUE_NAME, Task, TaskError
 except ImportError:  # Django 5.2 with the django-tasks backport
     from django_tasks import TaskContext, TaskResult, TaskResultStatus, task_backends  # type: ignore[no-redef,assignment]
     from django_tasks import exceptions as _task_exceptions  # type: ignore[no-redef,assignment]
     from django_tasks import signals as _task_signals  # type: ignore[no-redef,assignment]
     from django_tasks.backends.base import BaseTaskBackend  # type: ignore[no-redef,assignment]
-    from django_tasks.base import Task, TaskError  # type: ignore[no-redef,assignment]
+    from django_tasks.base import (  # type: ignore[no-redef,assignment]
+        DEFAULT_TASK_BACKEND_ALIAS,
+        DEFAULT_TASK_QUEUE_NAME,
+        Task,
+        TaskError,
+    )
 
-_INVALID_NAMES = ("InvalidTask", "InvalidTaskError")  # Django 6, the backport
-InvalidTask: type[Exception] = next(
-    getattr(_task_exceptions, name) for name in _INVALID_NAMES if hasattr(_task_exceptions, name)
-)
+
+def _framework_exception(*names: str) -> type[Exception]:
+    """The framework's exception class under its Django 6 or its backport name."""
+    return next(getattr(_task_exceptions, name) for name in names if hasattr(_task_exceptions, name))
+
+
+InvalidTask = _framework_exception("InvalidTask", "InvalidTaskError")
+InvalidTaskBackend = _framework_exception("InvalidTaskBackend", "InvalidTaskBackendError")
 TaskResultDoesNotExist: type[Exception] = _task_exceptions.TaskResultDoesNotExist
 
 logger = logging.getLogger("django_lonnymq.tasks")
 
 _channel: contextvars.ContextVar[str | None] = contextvars.ContextVar("lonnymq_task_channel", default=None)
+
+# The OPTIONS the backend reads; any other key is reported by check() (a typo would be ignored).
+OPTION_NAMES = ("CHANNEL_KWARG", "DEFAULT_CHANNEL", "DATABASE", "MAX_ATTEMPTS", "TASK_MODULES")
 
 
 @contextlib.contextmanager
@@ -128,6 +146,8 @@ class LonnyMQBackend(BaseTaskBackend):
         return chosen or self.default_channel
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        from django.db import transaction
+
         self.validate_task(task)
         result_id = _new_id()
         now = timezone.now()
@@ -186,27 +206,121 @@ class LonnyMQBackend(BaseTaskBackend):
     # -- results -----------------------------------------------------------------------
 
     def get_result(self, result_id: str) -> TaskResult:
+        """The stored result; ``TaskResultDoesNotExist`` for an unknown id, or for a row
+        whose task path is no longer a ``@task`` (it cannot be read as a ``TaskResult``)."""
         from .models import TaskResultRecord
 
+        if not isinstance(result_id, str):
+            raise TaskResultDoesNotExist(f"task result ids are strings, got {result_id!r}")
         try:
             record = TaskResultRecord.objects.using(self.database).get(id=result_id, backend=self.alias)
         except TaskResultRecord.DoesNotExist:
             raise TaskResultDoesNotExist(result_id) from None
-        task = find_task(record.task_path, self)
-        return _result_from_record(record, task)
+        try:
+            task = find_task(record.task_path, self)
+        except UnknownTask as exc:
+            raise TaskResultDoesNotExist(
+                f"task result {result_id} exists, but its task cannot be loaded: {exc}"
+            ) from exc
+        return _result_from_record(record, _as_enqueued(task, record))
 
     def check(self, **kwargs: Any) -> list[Any]:
-        from django.core.checks import Error
+        """What is misconfigured, ids ``lonnymq.E190``-``E195`` (and ``E005``)."""
+        return _backend_checks(self)
 
-        if self.database not in connections.settings or connections[self.database].vendor != "postgresql":
-            return [
-                Error(
-                    f"task backend {self.alias!r} needs a PostgreSQL database alias, got {self.database!r}",
-                    hint="Set OPTIONS['DATABASE'] (or LONNYMQ_DATABASE) to a PostgreSQL alias in DATABASES.",
-                    id="lonnymq.E005",
+
+def _backend_checks(backend: LonnyMQBackend) -> list[Any]:
+    from django.apps import apps
+    from django.core.checks import Error
+
+    errors: list[Any] = []
+    where = f"task backend {backend.alias!r}"
+    if not apps.is_installed("django_lonnymq"):
+        errors.append(
+            Error(
+                f"{where} is a LonnyMQBackend, but django_lonnymq is not in INSTALLED_APPS.",
+                hint="Add 'django_lonnymq' to INSTALLED_APPS and run migrate: it owns the queue's "
+                "tables and functions and the task result table.",
+                id="lonnymq.E190",
+            )
+        )
+    if backend.database not in connections.settings or connections[backend.database].vendor != "postgresql":
+        errors.append(
+            Error(
+                f"{where} needs a PostgreSQL database alias, got {backend.database!r}",
+                hint="Set OPTIONS['DATABASE'] (or LONNYMQ_DATABASE) to a PostgreSQL alias in DATABASES.",
+                id="lonnymq.E005",
+            )
+        )
+    unknown = sorted(set(backend.options) - set(OPTION_NAMES))
+    if unknown:
+        errors.append(
+            Error(
+                f"{where} has OPTIONS it does not know: {', '.join(map(repr, unknown))}.",
+                hint=f"The options are: {', '.join(OPTION_NAMES)}.",
+                id="lonnymq.E191",
+            )
+        )
+    attempts = backend.max_attempts
+    if attempts is not None and (
+        isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= 1000
+    ):
+        errors.append(
+            Error(
+                f"{where}: OPTIONS['MAX_ATTEMPTS'] must be an integer from 1 to 1000, got {attempts!r}.",
+                hint="Use 1 for the reference backend's behaviour (no retries).",
+                id="lonnymq.E192",
+            )
+        )
+    for option, value, length in (
+        ("DEFAULT_CHANNEL", backend.default_channel, 200),
+        ("CHANNEL_KWARG", backend.channel_kwarg, 200),
+    ):
+        if option == "CHANNEL_KWARG" and value is None:
+            continue
+        try:
+            api._name(option, value, length)
+        except LonnyMQError as exc:
+            errors.append(Error(f"{where}: OPTIONS['{option}']: {exc}.", id="lonnymq.E193"))
+    modules = backend.options.get("TASK_MODULES", [])
+    if isinstance(modules, str) or not isinstance(modules, (list, tuple)):
+        errors.append(
+            Error(
+                f"{where}: OPTIONS['TASK_MODULES'] must be a list of module names, got {modules!r}.",
+                id="lonnymq.E194",
+            )
+        )
+    else:
+        from importlib.util import find_spec
+
+        for name in modules:
+            try:
+                found = isinstance(name, str) and find_spec(name) is not None
+            except (ImportError, ValueError):
+                found = False
+            if not found:
+                errors.append(
+                    Error(
+                        f"{where}: OPTIONS['TASK_MODULES'] names {name!r}, which cannot be imported.",
+                        id="lonnymq.E194",
+                    )
                 )
-            ]
-        return []
+    for queue_name in sorted(backend.queues, key=str):
+        try:
+            api._name("QUEUES", queue_name, 100)
+        except LonnyMQError as exc:
+            errors.append(
+                Error(f"{where}: {exc}.", hint="Queue names are 1 to 100 characters.", id="lonnymq.E195")
+            )
+    return errors
+
+
+def _as_enqueued(task: Task, record: Any) -> Task:
+    """The task with the priority, queue and run_after it was enqueued with (when still valid)."""
+    try:
+        return task.using(priority=record.priority, queue_name=record.queue, run_after=record.run_after)
+    except Exception:  # settings changed since (a queue left QUEUES): the task as declared
+        return task
 
 
 def _result_from_record(record: Any, task: Task) -> TaskResult:
@@ -229,6 +343,37 @@ def _result_from_record(record: Any, task: Task) -> TaskResult:
     )
     object.__setattr__(result, "_return_value", record.return_value)
     return result
+
+
+def _stand_in_task(path: str, alias: str, queue_name: str, priority: int) -> Task:
+    """A ``Task`` whose ``module_path`` is ``path``, for the signals of a message whose path
+    or backend cannot be loaded. Built without the framework's validation (which needs a
+    configured backend); calling it raises :class:`UnknownTask`."""
+    module, _, name = path.rpartition(".")
+
+    def missing(*args: Any, **kwargs: Any) -> Any:
+        raise UnknownTask(f"{path!r} is not a @task this project has")
+
+    missing.__module__ = module
+    missing.__qualname__ = missing.__name__ = name or path
+    values = {
+        "func": missing,
+        "priority": priority,
+        "backend": alias,
+        "queue_name": queue_name,
+        "run_after": None,
+        "takes_context": False,
+    }
+    stand_in = object.__new__(Task)
+    for spec in dataclasses.fields(Task):
+        if spec.name in values:
+            value = values[spec.name]
+        elif spec.default_factory is not dataclasses.MISSING:
+            value = spec.default_factory()
+        else:
+            value = None if spec.default is dataclasses.MISSING else spec.default
+        object.__setattr__(stand_in, spec.name, value)
+    return stand_in
 
 
 # ---------------------------------------------------------------------------------------
@@ -265,7 +410,7 @@ def find_task(path: str, backend: LonnyMQBackend | None = None) -> Task:
     """The registered ``Task`` at ``path``; never imports a path taken from a payload."""
     tasks = known_tasks(backend.task_modules if backend else None)
     if path not in tasks:
-        raise LookupError(
+        raise UnknownTask(
             f"{path!r} is not a @task found in an installed app's tasks module or OPTIONS['TASK_MODULES']"
         )
     return tasks[path]
@@ -278,98 +423,260 @@ def _worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def run_task_message(message: Message) -> None:
-    """Handler of every task queue: run the task, record its status, send the signals."""
+def _error(exc: BaseException) -> dict[str, str]:
+    return {
+        "exception_class_path": _module_path(type(exc)),
+        "traceback": "".join(traceback.format_exception(exc)),
+    }
+
+
+def _send_finished(sender: type, result: TaskResult) -> None:
+    """``task_finished``, sent after the final state is stored. A receiver that raises is
+    logged: the task's outcome is already recorded, and failing the message here would run
+    a finished task again."""
+    for receiver, response in _task_signals.task_finished.send_robust(sender, task_result=result):
+        if isinstance(response, Exception):
+            logger.error(
+                "task_finished receiver %r raised %s for task result %s",
+                receiver,
+                type(response).__name__,
+                result.id,
+                exc_info=response,
+            )
+
+
+def _our_backend(alias: Any) -> LonnyMQBackend | None:
+    """The LonnyMQBackend configured under ``alias``, or None."""
+    from django.conf import settings
+
+    if not isinstance(alias, str) or alias not in getattr(settings, "TASKS", {}):
+        return None
+    try:
+        backend = task_backends[alias]
+    except InvalidTaskBackend:
+        return None
+    return backend if isinstance(backend, LonnyMQBackend) else None
+
+
+def _serving_backend(queue_name: str) -> LonnyMQBackend | None:
+    """A LonnyMQBackend whose task queues include ``queue_name`` (where its results live)."""
+    found = [b for b in lonnymq_backends() if not b.queues or queue_name in b.queues]
+    named = [b for b in found if queue_name in b.queues]
+    return (named or found or [None])[0]
+
+
+def _is_task_payload(payload: Any) -> bool:
+    return (
+        isinstance(payload, dict)
+        and isinstance(payload.get("task"), str)
+        and isinstance(payload.get("result_id"), str)
+    )
+
+
+def _record_for(message: Message, payload: dict[str, Any], backend: LonnyMQBackend | None) -> tuple[Any, Any]:
+    """The stored result row of a task message (and its queryset), or an in-memory stand-in
+    when results were pruned meanwhile. Matched on id, backend and path, so a message cannot
+    touch another task's result."""
     from .models import TaskResultRecord
 
-    payload = message.payload
-    if not isinstance(payload, dict) or "task" not in payload or "result_id" not in payload:
-        raise Discard("not a task message (payload lacks 'task'/'result_id')")
-    backend = task_backends[payload.get("backend", "default")]
-    try:
-        task = find_task(payload["task"], backend if isinstance(backend, LonnyMQBackend) else None)
-    except LookupError as exc:
-        raise Discard(str(exc)) from None
-    database = getattr(backend, "database", lonnymq_settings.DATABASE)
-    records = TaskResultRecord.objects.using(database)
-    record = records.filter(id=payload["result_id"]).first()
-    if record is None:  # results were purged: run anyway, keep an in-memory record
+    alias = payload.get("backend", DEFAULT_TASK_BACKEND_ALIAS)
+    database = backend.database if backend is not None else lonnymq_settings.DATABASE
+    rows = TaskResultRecord.objects.using(database).filter(
+        id=payload["result_id"], backend=str(alias), task_path=payload["task"]
+    )
+    record = rows.first()
+    if record is None:
+        args, kwargs = payload.get("args", []), payload.get("kwargs", {})
         record = TaskResultRecord(
             id=payload["result_id"],
-            backend=backend.alias,
-            task_path=task.module_path,
+            backend=str(alias),
+            task_path=payload["task"],
             queue=message.queue,
             channel=message.channel,
             message_id=message.id,
             status="READY",
-            args=payload.get("args", []),
-            kwargs=payload.get("kwargs", {}),
+            args=args if isinstance(args, list) else [],
+            kwargs=kwargs if isinstance(kwargs, dict) else {},
             enqueued_at=message.enqueued_at,
         )
+    return record, rows
+
+
+def _start(record: Any, rows: Any) -> None:
     started = timezone.now()
     record.status = "RUNNING"
     record.started_at = record.started_at or started
     record.last_attempted_at = started
     record.worker_ids = [*record.worker_ids, _worker_id()]
-    records.filter(id=record.id).update(
+    rows.update(
         status="RUNNING",
         started_at=record.started_at,
         last_attempted_at=started,
         worker_ids=record.worker_ids,
     )
-    result = _result_from_record(record, task)
-    _task_signals.task_started.send(type(backend), task_result=result)
+
+
+def _fail(record: Any, rows: Any, exc: BaseException, *, final: bool) -> None:
+    record.errors = [*record.errors, _error(exc)]
+    record.status = "FAILED" if final else "READY"
+    record.finished_at = timezone.now() if final else None
+    rows.update(status=record.status, errors=record.errors, finished_at=record.finished_at)
+
+
+def _cannot_run(
+    message: Message, payload: dict[str, Any], backend: LonnyMQBackend | None, error: UnknownTask
+) -> NoReturn:
+    """A task message that can never run (unknown path or backend): its result ends FAILED
+    with ``error``, the signals are sent, and the message goes to the dead-letter table."""
+    record, rows = _record_for(message, payload, backend)
+    _start(record, rows)
+    task = _stand_in_task(record.task_path, record.backend, record.queue, record.priority)
+    sender = type(backend) if backend is not None else LonnyMQBackend
+    _task_signals.task_started.send_robust(sender, task_result=_result_from_record(record, task))
+    _fail(record, rows, error, final=True)
+    logger.error("task message %s cannot run: %s", message.id, error)
+    _send_finished(sender, _result_from_record(record, task))
+    raise Discard(str(error))
+
+
+def run_task_message(message: Message) -> None:
+    """Handler of every task queue: run the task, record its status, send the signals."""
+    payload = message.payload
+    if not _is_task_payload(payload):
+        raise Discard("not a task message (payload lacks 'task'/'result_id')")
+    alias = payload.get("backend", DEFAULT_TASK_BACKEND_ALIAS)
+    backend = _our_backend(alias)
+    if backend is None:
+        _cannot_run(
+            message,
+            payload,
+            _serving_backend(message.queue),
+            UnknownTask(f"backend {alias!r} is not a LonnyMQBackend in TASKS (renamed or removed?)"),
+        )
     try:
+        task = find_task(payload["task"], backend)
+    except UnknownTask as exc:
+        _cannot_run(message, payload, backend, exc)
+    record, rows = _record_for(message, payload, backend)
+    task = _as_enqueued(task, record)
+    sender = type(backend)
+    _start(record, rows)
+    result = _result_from_record(record, task)
+    try:
+        _task_signals.task_started.send(sender, task_result=result)
         if task.takes_context:
             value = task.call(TaskContext(task_result=result), *record.args, **record.kwargs)
         else:
             value = task.call(*record.args, **record.kwargs)
-    except Exception as exc:
-        error = {
-            "exception_class_path": _module_path(type(exc)),
-            "traceback": "".join(traceback.format_exception(exc)),
-        }
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt too: the worker goes on
         final = message.is_last_attempt
-        status = "FAILED" if final else "READY"
-        finished = timezone.now() if final else None
-        records.filter(id=record.id).update(
-            status=status, errors=[*record.errors, error], finished_at=finished
-        )
+        _fail(record, rows, exc, final=final)
         if final:
-            record.status, record.errors, record.finished_at = status, [*record.errors, error], finished
-            _task_signals.task_finished.send(type(backend), task_result=_result_from_record(record, task))
+            _send_finished(sender, _result_from_record(record, task))
         raise
     try:
-        stored = api._payload(value, "return value")
-    except LonnyMQError as exc:
+        stored = json.loads(api._payload(value, "return value"))
+    except PayloadError as exc:
+        # Not retried: the task ran (its effects are done) and would return the same again.
+        cause = exc.__cause__ if isinstance(exc.__cause__, (TypeError, ValueError)) else exc
+        _fail(record, rows, cause, final=True)
+        _send_finished(sender, _result_from_record(record, task))
         raise Discard(f"task {task.module_path} returned a value that cannot be stored: {exc}") from exc
-    import json
-
     finished = timezone.now()
-    records.filter(id=record.id).update(
-        status="SUCCESSFUL", return_value=json.loads(stored), finished_at=finished
+    rows.update(status="SUCCESSFUL", return_value=stored, finished_at=finished)
+    record.status, record.return_value, record.finished_at = "SUCCESSFUL", stored, finished
+    _send_finished(sender, _result_from_record(record, task))
+
+
+def abandon_task_message(message: Message) -> None:
+    """The worker exits at once while ``message``'s task runs: its result ends FAILED with
+    :class:`WorkerInterrupted` and ``task_finished`` is sent. The message itself comes back
+    when its lease expires (at least once), so the task may run again and its result move on."""
+    payload = message.payload
+    if not _is_task_payload(payload):
+        return
+    backend = _our_backend(payload.get("backend", DEFAULT_TASK_BACKEND_ALIAS))
+    if backend is None:
+        return
+    record, rows = _record_for(message, payload, backend)
+    if record.status != "RUNNING":
+        return
+    interrupted = WorkerInterrupted(
+        f"the worker exited at once (second stop signal) while the task ran; message {message.id} "
+        "comes back when its lease expires"
     )
-    record.status, record.return_value, record.finished_at = "SUCCESSFUL", json.loads(stored), finished
-    _task_signals.task_finished.send(type(backend), task_result=_result_from_record(record, task))
+    _fail(record, rows, interrupted, final=True)
+    try:
+        task = _as_enqueued(find_task(record.task_path, backend), record)
+    except UnknownTask:
+        task = _stand_in_task(record.task_path, record.backend, record.queue, record.priority)
+    _send_finished(type(backend), _result_from_record(record, task))
+
+
+# The worker calls a handler's ``on_abandon`` for each message it leaves running on a forced exit.
+run_task_message.on_abandon = abandon_task_message  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------------------------
+# Which queues are task queues
+# ---------------------------------------------------------------------------------------
+
+
+def lonnymq_backends() -> list[LonnyMQBackend]:
+    """Every configured LonnyMQBackend, in TASKS order."""
+    from django.conf import settings
+
+    found = []
+    for alias, config in getattr(settings, "TASKS", {}).items():
+        if str(config.get("BACKEND", "")).endswith("LonnyMQBackend"):
+            backend = task_backends[alias]
+            if isinstance(backend, LonnyMQBackend):
+                found.append(backend)
+    return found
 
 
 def task_queues() -> list[str]:
-    """The queues of every configured LonnyMQBackend."""
-    from django.conf import settings
-
+    """The queues named in the QUEUES of every LonnyMQBackend."""
     queues: list[str] = []
-    for alias, config in getattr(settings, "TASKS", {}).items():
-        if config.get("BACKEND", "").endswith("LonnyMQBackend"):
-            backend = task_backends[alias]
-            queues.extend(sorted(backend.queues))
+    for backend in lonnymq_backends():
+        queues.extend(q for q in sorted(backend.queues) if q not in queues)
+    return queues
+
+
+def any_queue_is_a_task_queue() -> bool:
+    """A LonnyMQBackend with ``"QUEUES": []`` accepts any queue name (the framework's rule)."""
+    return any(not backend.queues for backend in lonnymq_backends())
+
+
+def all_task_queues(existing: list[str]) -> list[str]:
+    """What ``run_queue_worker --queue '*'`` serves: every named task queue and, when a
+    backend accepts any queue name, ``default`` and each queue in ``existing`` (the queues the
+    database holds) that has no handler of its own."""
+    from .registry import get_handler
+
+    queues = task_queues()
+    if any_queue_is_a_task_queue():
+        for name in [DEFAULT_TASK_QUEUE_NAME, *existing]:
+            if name in queues:
+                continue
+            try:
+                own = get_handler(name) is not run_task_message
+            except LonnyMQError:
+                own = False
+            if not own:
+                queues.append(name)
     return queues
 
 
 def register_task_handlers() -> list[str]:
-    """Register :func:`run_task_message` as the handler of every task queue (for the worker)."""
+    """Register :func:`run_task_message` as the handler of every task queue (for the worker);
+    with a backend that accepts any queue name, also of every queue without a handler."""
+    from .registry import set_fallback
+
     queues = task_queues()
     for queue_name in queues:
         register_default(queue_name, run_task_message)
+    set_fallback(run_task_message if any_queue_is_a_task_queue() else None)
     return queues
 
 

@@ -170,6 +170,7 @@ class Worker:
         self.stats = Stats()
 
         self._stopping = threading.Event()
+        self._forced = threading.Event()
         self._conn: psycopg.Connection[Any] | None = None
         self._jobs: queue_mod.Queue[Message | None] = queue_mod.Queue()
         self._outcomes: queue_mod.Queue[Outcome] = queue_mod.Queue()
@@ -201,9 +202,27 @@ class Worker:
         self._stopping.set()
         self._wake()
 
+    def force_stop(self) -> None:
+        """Exit at once: release what never started, leave running handlers (their messages
+        come back when their leases expire), tell their handlers' ``on_abandon``. Signal-safe."""
+        self._forced.set()
+        self.stop()
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        if self._stopping.is_set():
+            logger.warning("received %s again: exiting at once", signal.Signals(signum).name)
+            self.force_stop()
+        else:
+            logger.warning(
+                "received %s: letting running handlers finish (up to %gs); send it again to exit at once",
+                signal.Signals(signum).name,
+                self.shutdown_timeout,
+            )
+            self.stop()
+
     def install_signal_handlers(self) -> None:
-        signal.signal(signal.SIGTERM, self.stop)
-        signal.signal(signal.SIGINT, self.stop)
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
 
     def run(self) -> Stats:
         """Serve until stopped; returns the counters."""
@@ -752,6 +771,26 @@ class Worker:
 
     # -- shutdown ------------------------------------------------------------------------
 
+    def _abandon_running(self) -> None:
+        """A forced exit leaves running handlers behind: exit status 1, and each handler's
+        ``on_abandon(message)`` (if it has one) records what it needs to."""
+        self.exit_code = self.exit_code or 1
+        with self._lock:
+            running = list(self._running.values())
+        if running:
+            logger.warning(
+                "exiting at once with %d handler(s) running; their messages will be redelivered after the lease",
+                len(running),
+            )
+        for message in running:
+            on_abandon = getattr(self.handlers.get(message.queue), "on_abandon", None)
+            if on_abandon is None:
+                continue
+            try:
+                on_abandon(message)
+            except Exception as exc:
+                logger.error("on_abandon of message %s failed: %s", message.id, short_repr(exc))
+
     def _shutdown(self) -> None:
         """Let running handlers finish (bounded), release what never started, flush acks."""
         deadline = time.monotonic() + self.shutdown_timeout
@@ -759,7 +798,7 @@ class Worker:
             not_started = [m for i, m in self._running.items() if i not in self._started]
             for message in not_started:
                 self._running.pop(message.id, None)
-        while self._running and time.monotonic() < deadline:
+        while self._running and time.monotonic() < deadline and not self._forced.is_set():
             try:
                 self._ensure_connected()
                 self._flush_outcomes()
@@ -787,7 +826,9 @@ class Worker:
                 self.presence.stopped()
         except _STATEMENT_ERRORS as exc:
             logger.warning("could not flush on shutdown (%s); leases will expire and be redelivered", exc)
-        if self._running:
+        if self._forced.is_set():
+            self._abandon_running()
+        elif self._running:
             logger.warning(
                 "%d handler(s) still running after %.0fs; their messages will be redelivered after the lease",
                 len(self._running),

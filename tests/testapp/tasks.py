@@ -33,3 +33,36 @@ def explode(times: int = 1) -> None:
 @task(takes_context=True)
 def attempt_number(context) -> int:  # type: ignore[no-untyped-def]
     return context.attempt
+
+
+@task()
+def returns_set() -> set[int]:
+    return {1, 2}
+
+
+@task()
+def exits(code: int = 3) -> None:
+    raise SystemExit(code)
+
+
+@task()
+def interrupts() -> None:
+    raise KeyboardInterrupt
+
+
+@task()
+def sleeps(seconds: float) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO testapp_delivery (event, channel, payload) VALUES ('task start', '', to_jsonb(%s::float))",
+            [seconds],
+        )
+    __import__("time").sleep(seconds)
+    return "slept"
+
+
+def not_a_task() -> int:
+    """A plain function beside the tasks: a message naming it must never run it."""
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO testapp_delivery (event) VALUES ('not_a_task ran')")
+    return 1

@@ -7,6 +7,7 @@ import re
 from datetime import timedelta
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, connections
 
@@ -50,8 +51,36 @@ def positive_int(text: str) -> int:
     return value
 
 
+ALL_TASK_QUEUES = "*"
+
+
+def with_task_queues(queues: list[str], database: str | None) -> list[str]:
+    """``queues`` with ``*`` replaced by every task queue (a CommandError when there is none)."""
+    from django_lonnymq.models import Channel
+    from django_lonnymq.tasks import all_task_queues
+
+    try:
+        existing = sorted(
+            set(Channel.objects.using(database or settings.DATABASE).values_list("queue", flat=True))
+        )
+        expanded = all_task_queues(existing)
+    except (ImproperlyConfigured, ImportError) as exc:  # no Django Tasks in this project
+        raise CommandError(f"--queue '*' names the task queues of Django Tasks: {exc}") from exc
+    if not expanded:
+        raise CommandError("--queue '*' names the task queues, but no LonnyMQBackend is configured in TASKS")
+    found: list[str] = []
+    for name in queues:
+        for queue_name in expanded if name == ALL_TASK_QUEUES else [name]:
+            if queue_name not in found:
+                found.append(queue_name)
+    return found
+
+
 class Command(BaseCommand):
-    help = "Run a queue worker. SIGTERM/SIGINT stop fetching, let running handlers finish, exit 0."
+    help = (
+        "Run a queue worker. SIGTERM/SIGINT stop fetching, let running handlers finish, exit 0; "
+        "a second one exits at once (status 1)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -60,7 +89,8 @@ class Command(BaseCommand):
             action="append",
             required=True,
             dest="queues",
-            help="Queue to serve (repeat for several).",
+            help="Queue to serve (repeat for several). '*' stands for every task queue of the "
+            "Django Tasks backend (docs/tasks.md).",
         )
         parser.add_argument(
             "--concurrency", "-c", type=positive_int, default=1, help="Handler threads (default 1)."
@@ -117,9 +147,12 @@ class Command(BaseCommand):
         finally:
             connections[options["database"] or settings.DATABASE].close()
         autodiscover()
+        queues = options["queues"]
+        if ALL_TASK_QUEUES in queues:
+            queues = with_task_queues(queues, options["database"])
         try:
             worker = Worker(
-                options["queues"],
+                queues,
                 concurrency=options["concurrency"],
                 batch_size=options["batch_size"],
                 lease=options["lease"],
