@@ -60,7 +60,9 @@ class Command(BaseCommand):
             help="The age for FAILED results, when it should differ (default: --min-age-days).",
         )
         parser.add_argument("--batch-size", type=batch, default=1000, help="Rows per delete (default 1000).")
-        parser.add_argument("--dry-run", action="store_true", help="Count what would be deleted; delete nothing.")
+        parser.add_argument(
+            "--dry-run", action="store_true", help="Count what would be deleted; delete nothing."
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         from django_lonnymq.models import TaskResultRecord
