@@ -16,7 +16,7 @@ BACKEND = "django_lonnymq.tasks.LonnyMQBackend"
 
 def backend_errors(settings: Any, **config: Any) -> list[Any]:
     settings.TASKS = {"default": {"BACKEND": BACKEND, "QUEUES": ["default"], **config}}
-    return [e for e in run_checks(databases=["default"]) if (e.id or "").startswith("lonnymq.")]
+    return [e for e in run_checks() if (e.id or "").startswith("lonnymq.")]
 
 
 def ids(errors: list[Any]) -> list[str]:
