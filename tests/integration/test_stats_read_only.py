@@ -33,7 +33,10 @@ def test_every_stats_query_runs_in_a_read_only_transaction():
 @pytest.mark.django_db
 def test_a_writing_statement_fails_in_such_a_transaction():
     # The control: the same harness refuses a write (recording a sample).
-    with pytest.raises(Exception, match="read-only transaction"), transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute("SET TRANSACTION READ ONLY")
-            cursor.execute(sql.query("record_samples"), {"keep_ms": 60_000})
+    with (
+        pytest.raises(Exception, match="read-only transaction"),
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute("SET TRANSACTION READ ONLY")
+        cursor.execute(sql.query("record_samples"), {"keep_ms": 60_000})

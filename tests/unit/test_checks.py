@@ -16,6 +16,7 @@ from django.db.utils import ConnectionHandler
 from django.test import override_settings
 from django_tasks import task_backends
 
+
 def lonnymq_errors(*, everything: bool = False, schema: bool = False) -> list[Error]:
     """The errors the checks registered by django_lonnymq/checks.py report, called through
     Django's registry; ``everything``: all registered checks, as ``manage.py check`` runs them
