@@ -51,6 +51,11 @@ DEFAULTS: dict[str, Any] = {
     "WORKER_HEARTBEAT": timedelta(seconds=5),
     "WORKER_LOST_AFTER": timedelta(seconds=30),
     "WORKER_PRUNE_AFTER": timedelta(days=1),
+    # The worker's console log lines (when the project's LOGGING gives django_lonnymq no
+    # handler): a logging format string, and the dotted path of the logging.Formatter class
+    # that formats them (given the format as its first argument). docs/admin.md, "Logs".
+    "LOG_FORMAT": "%(asctime)s %(levelname)s %(name)s: %(message)s",
+    "LOG_FORMATTER": "django_lonnymq.logs.Formatter",
     # Extra modules the worker imports to register handlers (besides each app's handlers.py).
     "HANDLER_MODULES": [],
 }

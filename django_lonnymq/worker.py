@@ -39,6 +39,7 @@ from .exceptions import (
     sql_errors,
 )
 from .message import Message
+from .observe import Observer
 from .registry import get_handler
 from .workers import Presence
 
@@ -165,6 +166,7 @@ class Worker:
         )
         self.name = name if name is not None else f"{socket.gethostname()}:{os.getpid()}"
         self.presence = Presence(self)  # its lonnymq_worker row (checks the name)
+        self.observer = Observer(self)  # log lines, metrics, samples (observe.py)
         self.poll_interval = settings.ms("POLL_INTERVAL") / 1000
         self.reap_interval = settings.ms("REAP_INTERVAL") / 1000
         self.stats = Stats()
@@ -576,6 +578,8 @@ class Worker:
                 self._started.add(message.id)
             me = threading.current_thread().name
             self._current[me] = message
+            began = time.monotonic()
+            self.observer.handler_started(message)
             try:
                 outcome = self._run_handler(message)
             except BaseException as exc:  # a bug of ours around the handler, not the handler's
@@ -584,6 +588,7 @@ class Worker:
                 outcome = Outcome(
                     message, "fail", error=f"worker error around the handler: {type(exc).__name__}"
                 )
+            self.observer.handler_finished(message, time.monotonic() - began)
             self._current.pop(me, None)
             self._outcomes.put(outcome)
             self._wake()
@@ -664,6 +669,9 @@ class Worker:
                 self.stats.acked += len(acked)
                 missing = [o for o in acks if o.message.id not in acked]
                 gone = self._gone([o.message.id for o in missing if o.resent])
+                for outcome in acks:
+                    if outcome.message.id in acked or outcome.message.id in gone:
+                        self.observer.acked(outcome.message)
                 for outcome in missing:
                     if outcome.message.id in gone:
                         self.stats.acked += 1  # the ack sent before the connection dropped committed
@@ -725,9 +733,11 @@ class Worker:
             self.stats.dead += 1
         else:
             self.stats.retried += 1
+        self.observer.failed(outcome, result)
 
     def _report_lost(self, message: Message) -> None:
         self.stats.lease_lost += 1
+        self.observer.lease_lost(message)
         logger.warning(
             "lease on message %s expired before it finished; it may run again (raise --lease?)", message.id
         )

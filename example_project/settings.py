@@ -62,7 +62,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    # The worker's format (LONNYMQ_LOG_FORMAT: timestamps, level, logger).
+    "formatters": {"lonnymq": {"()": "django_lonnymq.logs.Formatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "lonnymq"}},
     "loggers": {
         "django_lonnymq": {"handlers": ["console"], "level": env("LONNYMQ_LOG_LEVEL", default="INFO")}
     },

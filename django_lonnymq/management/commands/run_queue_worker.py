@@ -11,7 +11,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, connections
 
-from django_lonnymq import installed
+from django_lonnymq import installed, logs
 from django_lonnymq.conf import settings
 from django_lonnymq.exceptions import InvalidArgument, NoHandler, SchemaMissing
 from django_lonnymq.limits import MAX_INTERVAL, MAX_LEASE
@@ -138,6 +138,7 @@ class Command(BaseCommand):
         if options["lease"] is not None and not timedelta(seconds=1) <= options["lease"] <= MAX_LEASE:
             raise CommandError("--lease must be between 1s and 24h")
         check_database(options["database"])
+        logs.configure_console()
         try:
             installed.require(options["database"] or settings.DATABASE)
         except SchemaMissing as exc:
