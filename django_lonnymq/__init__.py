@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 __all__ = [
     "Discard",
+    "Event",
     "Item",
     "Message",
     "Retry",
@@ -20,6 +21,9 @@ __all__ = [
     "enqueue",
     "enqueue_many",
     "handler",
+    "publish",
+    "publish_many",
+    "subscribe",
 ]
 
 _PUBLIC = {
@@ -32,6 +36,10 @@ _PUBLIC = {
     "aenqueue_many": "api",
     "Message": "message",
     "handler": "registry",
+    "Event": "topics",
+    "publish": "topics",
+    "publish_many": "topics",
+    "subscribe": "topics",
 }
 
 if TYPE_CHECKING:
@@ -39,6 +47,7 @@ if TYPE_CHECKING:
     from .exceptions import Discard, Retry
     from .message import Message
     from .registry import handler
+    from .topics import Event, publish, publish_many, subscribe
 
 
 def __getattr__(name: str) -> Any:

@@ -138,6 +138,10 @@ _CONSTRAINT_RULES: dict[str, tuple[str, str]] = {
     "lonnymq_message_priority_range": ("priority", "must be between 0 and 100"),
     "lonnymq_message_payload_size": ("payload", "must be at most 8 MiB stored"),
     "lonnymq_message_dedup_key_length": ("dedup_key", "must be 1 to 200 characters"),
+    "lonnymq_subscription_topic_length": ("topic", "must be 1 to 200 characters"),
+    "lonnymq_subscription_topic_not_blank": ("topic", "must not be only blanks"),
+    "lonnymq_subscription_queue_length": ("queue", "must be 1 to 100 characters"),
+    "lonnymq_subscription_queue_not_blank": ("queue", "must not be only blanks"),
 }
 
 # Undefined function, table, column: when the object is one of ours, the app's migrations

@@ -106,3 +106,13 @@ SELECT lonnymq_worker_beat_v1(%(name)s::text, %(instance)s::uuid, %(host)s::text
 -- name: worker_stop
 SELECT lonnymq_worker_stop_v1(%(name)s::text, %(instance)s::uuid, %(in_flight)s::integer,
                               %(processed)s::bigint, %(failed)s::bigint)
+
+-- name: publish
+-- One row per subscribed queue: its message ids in event order (django_lonnymq/topics.py).
+SELECT queue, ids FROM lonnymq_publish_v1(%(topic)s::text, %(keys)s::text[], %(payloads)s::jsonb[],
+                                          %(run_at_ms)s::bigint[], %(dedup_keys)s::text[],
+                                          %(default_max_attempts)s::integer, %(priority_step_ms)s::bigint,
+                                          %(tolerance_ms)s::bigint)
+
+-- name: subscribe
+SELECT lonnymq_subscribe_v1(%(topics)s::text[], %(queues)s::text[])

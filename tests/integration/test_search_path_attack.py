@@ -195,3 +195,39 @@ def test_nothing_planted_runs_through_the_queue(attacker, connect):
         ]:
             cursor.execute(sql.query(name), params)
             cursor.fetchall()
+    # Topics: a routed publish (keys, dedup, schedule), an unrouted one, subscriptions.
+    from django_lonnymq.topics import (
+        Event,
+        publish,
+        publish_many,
+        subscribe,
+        sync_subscriptions,
+        unsubscribe_declared,
+    )
+
+    subscribe("attack.topic", queue="attack_b")
+    try:
+        assert sync_subscriptions() == 1
+    finally:
+        unsubscribe_declared("attack.topic", "attack_b")
+    published = publish_many("attack.topic", [Event({"n": 1}, key="a", dedup_key="d"), Event({"n": 2})])
+    assert len(published) == 2 and len(published[0]) == 1
+    assert publish("attack.nobody", {"n": 3}) == []
+    # A worker's heartbeat row: registered, renamed when its name is taken, stopped, pruned.
+    import uuid
+
+    from django.utils import timezone
+
+    with connection.cursor() as cursor:
+        for instance in (uuid.uuid4(), uuid.uuid4()):
+            cursor.execute(
+                sql.query("worker_beat"),
+                {"name": "attacker-w", "instance": str(instance), "host": "h", "pid": 1, "queues": ["attack"],
+                 "concurrency": 1, "started_at": timezone.now(), "in_flight": 0, "processed": 0, "failed": 0,
+                 "lost_after_ms": 30_000, "prune_after_ms": 60_000},
+            )  # fmt: skip
+        cursor.execute(
+            sql.query("worker_stop"),
+            {"name": "attacker-w", "instance": str(instance), "in_flight": 0, "processed": 0, "failed": 0},
+        )
+        cursor.fetchall()

@@ -42,6 +42,8 @@ RELEASED = {
     "0007_paused_state.up.sql": "1d502078be33f6385cc3c3c559bd9378423cb62c808720304e378b79b10bada1",
     "0008_workers.down.sql": "f8228526bddeafb78c559ca14f09e4c5dd5c7fac218e36a46d4f424eb80f2dff",
     "0008_workers.up.sql": "05ab5a9d8362462f3ec593ef67f78475485f80f6b751d9fbaa689733d1119ffc",
+    "0009_topics.down.sql": "89225107f8d7282f5c5793bba838edc50bf012b7ecdb58b9f590bc8beffb710d",
+    "0009_topics.up.sql": "53a931bf376292cd137ab3614edc3bae7f54067021bd3e70fc21b4b3e5ca2569",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

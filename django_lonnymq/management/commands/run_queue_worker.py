@@ -16,6 +16,7 @@ from django_lonnymq.conf import settings
 from django_lonnymq.exceptions import InvalidArgument, NoHandler, SchemaMissing
 from django_lonnymq.limits import MAX_INTERVAL, MAX_LEASE
 from django_lonnymq.registry import autodiscover
+from django_lonnymq.topics import sync_declared_subscriptions
 from django_lonnymq.worker import Worker
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -148,6 +149,7 @@ class Command(BaseCommand):
         finally:
             connections[options["database"] or settings.DATABASE].close()
         autodiscover()
+        sync_declared_subscriptions(self, options["database"])
         queues = options["queues"]
         if ALL_TASK_QUEUES in queues:
             queues = with_task_queues(queues, options["database"])

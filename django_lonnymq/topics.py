@@ -1,0 +1,190 @@
+"""Topics with consumer groups: publish once, every subscribed queue gets its own message.
+
+A :class:`~django_lonnymq.models.Subscription` ``(topic, queue)`` makes ``queue`` a consumer
+group of ``topic``. :func:`publish` writes one message per subscribed queue in one SQL call
+(``lonnymq_publish_v1``), on the caller's connection and transaction, so it commits or rolls
+back with the caller's rows. Each group's messages are its own: their deliveries, retries,
+dead letters and limits never touch another group's. An event's ``key`` names its channel in
+every group, so a key's events keep their order (strictly with ``max_concurrency=1`` on that
+channel) and keys are served round robin. Events published to a topic nobody subscribes to
+are counted per topic in :class:`~django_lonnymq.models.Unrouted` and otherwise dropped.
+
+Subscriptions are rows: created in the admin, or declared in code with :func:`subscribe` (in
+an app's ``handlers.py``, beside the handler of the queue) and written by every worker when it
+starts (:func:`sync_subscriptions`); a declaration removed from the code leaves its row, which
+the admin deletes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from . import api, eager, limits, sql
+from .conf import settings
+from .exceptions import InvalidArgument, sql_errors
+
+try:
+    import psycopg
+except ImportError:  # psycopg2 users keep Django's cursor
+    psycopg = None  # type: ignore[assignment]
+
+MAX_TOPIC = 200
+
+# (topic, queue) pairs declared with subscribe(), in declaration order.
+_declared: dict[tuple[str, str], None] = {}
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event for :func:`publish_many`; unset fields take the call's defaults."""
+
+    payload: Any
+    key: str | None = None
+    run_at: datetime | None = None
+    dedup_key: str | None = None
+
+
+def check_topic(topic: Any, field: str = "topic") -> str:
+    """A topic name: 1 to 200 characters, not only blanks, no NUL."""
+    return api._name(field, topic, MAX_TOPIC)
+
+
+def subscribe(topic: str, *, queue: str) -> None:
+    """Declare that ``queue`` is a consumer group of ``topic`` (written when a worker starts)."""
+    check_topic(topic)
+    api._name("queue", queue, limits.MAX_QUEUE_NAME)
+    _declared[(topic, queue)] = None
+
+
+def declared() -> list[tuple[str, str]]:
+    """The (topic, queue) pairs declared in code so far."""
+    return list(_declared)
+
+
+def unsubscribe_declared(topic: str, queue: str) -> None:
+    """Forget a declaration (for tests); the row, if written, stays."""
+    _declared.pop((topic, queue), None)
+
+
+def sync_subscriptions(*, using: str | None = None) -> int:
+    """Write the declared subscriptions that are missing; returns how many were created."""
+    pairs = declared()
+    if not pairs:
+        return 0
+    params = {"topics": [t for t, _ in pairs], "queues": [q for _, q in pairs]}
+    return int(api._call(using, "subscribe", params))
+
+
+def publish(
+    topic: str,
+    payload: Any,
+    *,
+    key: str | None = None,
+    run_at: datetime | None = None,
+    dedup_key: str | None = None,
+    using: str | None = None,
+) -> list[int]:
+    """Publish one event: one message in every queue subscribed to ``topic``.
+
+    Returns the message ids, one per subscribed queue in queue-name order (empty when the
+    topic has no subscriber: the event is counted as unrouted). ``key`` names the channel
+    in each queue (default: ``"default"``); ``dedup_key`` deduplicates within that channel
+    of each queue, as :func:`~django_lonnymq.enqueue` does.
+    """
+    ids = publish_many(topic, [Event(payload, key=key, run_at=run_at, dedup_key=dedup_key)], using=using)
+    return ids[0] if ids else []
+
+
+def publish_many(
+    topic: str,
+    events: Iterable[Event | Any],
+    *,
+    key: str | None = None,
+    run_at: datetime | None = None,
+    using: str | None = None,
+) -> list[list[int]]:
+    """Publish many events of one topic in one round trip, all or nothing.
+
+    Each event is an :class:`Event` or a bare payload (which takes ``key`` and ``run_at``).
+    Returns, per event in input order, its message ids in queue-name order.
+    """
+    check_topic(topic)
+    if isinstance(events, (str, bytes, bytearray, Mapping, set, frozenset)) or not isinstance(
+        events, Iterable
+    ):
+        raise InvalidArgument("events", "must be a list, tuple or iterator of events", type(events).__name__)
+    alias = api._alias(using)
+    if key is not None:
+        api._name("key", key, limits.MAX_CHANNEL_NAME)
+    keys: list[str | None] = []
+    payloads: list[str] = []
+    run_ats: list[int | None] = []
+    dedup_keys: list[str | None] = []
+    for index, raw in enumerate(events):
+        event = raw if isinstance(raw, Event) else Event(payload=raw)
+        where = f"events[{index}]"
+        event_key = event.key if event.key is not None else key
+        if event_key is not None:
+            api._name(f"{where}.key", event_key, limits.MAX_CHANNEL_NAME)
+        when = event.run_at if event.run_at is not None else run_at
+        if event.dedup_key is not None:
+            api._name(f"{where}.dedup_key", event.dedup_key, limits.MAX_DEDUP_KEY)
+        keys.append(event_key)
+        payloads.append(api._payload(event.payload, f"{where}.payload"))
+        run_ats.append(api._epoch_ms(f"{where}.run_at", when) if when is not None else None)
+        dedup_keys.append(event.dedup_key)
+    if not payloads:
+        return []
+    attempts = api._int("max_attempts", settings.MAX_ATTEMPTS, 1, 1000)
+    params = {
+        "topic": topic,
+        "keys": keys if any(k is not None for k in keys) else None,
+        "payloads": payloads,
+        "run_at_ms": run_ats if any(r is not None for r in run_ats) else None,
+        "dedup_keys": dedup_keys if any(d is not None for d in dedup_keys) else None,
+        "default_max_attempts": attempts,
+        **api._common(),
+    }
+    rows = _rows(alias, "publish", params)
+    if eager.enabled():
+        for queue, ids in rows:
+            eager.after_enqueue(queue, list(ids), alias)
+    return [[int(ids[index]) for _, ids in rows] for index in range(len(payloads))]
+
+
+def _rows(alias: str, name: str, params: Mapping[str, Any]) -> Sequence[tuple[Any, ...]]:
+    """Every row of a named statement on the caller's connection and transaction; arrays
+    bind in binary on psycopg 3 (see ``api._call_with_arrays``)."""
+    wrapper = api._connected(alias)
+    statement = sql.query(name)
+    if psycopg is not None and isinstance(wrapper.connection, psycopg.Connection):
+        wrapper.validate_thread_sharing()
+        raw = psycopg.Cursor(wrapper.connection)
+        cursor = wrapper.make_debug_cursor(raw) if wrapper.queries_logged else wrapper.make_cursor(raw)
+        statement = sql.binary_arrays(statement)
+    else:
+        cursor = wrapper.cursor()
+    with sql_errors(), cursor:
+        cursor.execute(statement, params)
+        return cursor.fetchall()
+
+
+def sync_declared_subscriptions(command: Any, using: str | None) -> None:
+    """``run_queue_worker``'s start: write the declared subscriptions. A database that cannot
+    take them now is reported, and the worker starts anyway (it waits for the database)."""
+    from django.db import DatabaseError
+
+    from .exceptions import LonnyMQError
+
+    try:
+        created = sync_subscriptions(using=using)
+    except (DatabaseError, LonnyMQError) as exc:
+        command.stderr.write(
+            f"could not write the declared subscriptions: {str(exc).strip().splitlines()[0]}"
+        )
+        return
+    if created:
+        command.stdout.write(f"created {created} declared subscription(s)")
