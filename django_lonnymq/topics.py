@@ -175,7 +175,7 @@ def _rows(alias: str, name: str, params: Mapping[str, Any]) -> Sequence[tuple[An
 def sync_declared_subscriptions(command: Any, using: str | None) -> None:
     """``run_queue_worker``'s start: write the declared subscriptions. A database that cannot
     take them now is reported, and the worker starts anyway (it waits for the database)."""
-    from django.db import DatabaseError
+    from django.db import DatabaseError, connections
 
     from .exceptions import LonnyMQError
 
@@ -186,5 +186,7 @@ def sync_declared_subscriptions(command: Any, using: str | None) -> None:
             f"could not write the declared subscriptions: {str(exc).strip().splitlines()[0]}"
         )
         return
+    finally:
+        connections[api._alias(using)].close()  # the worker opens its own connections
     if created:
         command.stdout.write(f"created {created} declared subscription(s)")

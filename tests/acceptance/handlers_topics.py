@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
-from django_lonnymq import Message, handler
+from django_lonnymq import Message, handler, subscribe
 from tests.testapp.handlers import record
+
+# Declared in code: every worker started with these handlers writes the row.
+subscribe("orders.declared", queue="tp_b")
 
 
 @handler("tp_a")

@@ -51,6 +51,8 @@ def test_two_groups_get_each_event_once_and_a_rolled_back_publish_delivers_nothi
         assert db.messages(queue) == []
     assert not any(d["payload"].get("rolled_back") for d in db.deliveries())
     assert api.check() == []
+    # The workers wrote the subscription their handler modules declare.
+    assert Subscription.objects.filter(topic="orders.declared", queue="tp_b").exists()
 
 
 def test_a_failing_group_leaves_the_other_untouched(spawn, db, settings):
