@@ -21,6 +21,7 @@ from . import eager, jsontext, limits, sql
 from .conf import settings, to_ms
 from .durations import duration_ms as _duration_ms
 from .exceptions import InvalidArgument, PayloadError, PriorityWithSchedule, sql_errors
+from .rates import Rate
 
 try:
     import psycopg
@@ -369,13 +370,18 @@ def configure_channel(
     max_concurrency: int | None = _UNSET,
     release_interval: timedelta | float | None = _UNSET,
     paused: bool | None = _UNSET,
+    weight: int = _UNSET,
+    rate: Rate | str | None = _UNSET,
     using: str | None = None,
 ) -> int:
     """Create or change a channel's limits; omitted ones keep their value. Returns its id.
 
     ``max_concurrency=None`` means unlimited; ``release_interval`` is the least time between
-    two releases. Takes effect on the next dequeue. Only the limits given are written, under
-    the channel's row lock, so a concurrent change of another limit is never overwritten.
+    two releases; ``weight`` (1 to 1000) is how many messages the channel releases per round
+    under backlog; ``rate`` is a token bucket, a :class:`~django_lonnymq.rates.Rate` or its
+    text (``"100 / min, burst 20"``), ``None`` for none. Takes effect on the next dequeue.
+    Only the limits given are written, under the channel's row lock, so a concurrent change
+    of another limit is never overwritten.
     """
     _name("queue", queue, 100)
     _name("channel", channel, 200)
@@ -396,6 +402,8 @@ def configure_channel(
         paused = None
     elif not isinstance(paused, bool):
         raise InvalidArgument("paused", "must be a boolean", paused)
+    weight = None if weight is _UNSET else _int("weight", weight, 1, 1000)
+    bucket = None if rate is _UNSET or rate is None else Rate.of(rate)
     params = {
         "queue": queue,
         "channel": channel,
@@ -403,6 +411,11 @@ def configure_channel(
         "unlimited": unlimited,
         "release_interval_ms": interval_ms,
         "paused": paused,
+        "weight": weight,
+        "rate_count": bucket.count if bucket else None,
+        "rate_period_ms": bucket.period_ms if bucket else None,
+        "rate_burst": bucket.burst if bucket else None,
+        "no_rate": rate is None,
     }
     return int(_call(using, "configure_channel", params))
 

@@ -142,6 +142,13 @@ _CONSTRAINT_RULES: dict[str, tuple[str, str]] = {
     "lonnymq_subscription_topic_not_blank": ("topic", "must not be only blanks"),
     "lonnymq_subscription_queue_length": ("queue", "must be 1 to 100 characters"),
     "lonnymq_subscription_queue_not_blank": ("queue", "must not be only blanks"),
+    "lonnymq_channel_weight_range": ("weight", "must be between 1 and 1000"),
+    "lonnymq_channel_round_used_range": ("round_used", "must be between 0 and weight - 1"),
+    "lonnymq_channel_rate_complete": ("rate", "needs a count, a period and a burst, or none"),
+    "lonnymq_channel_rate_count_range": ("rate.count", "must be between 1 and 1000000"),
+    "lonnymq_channel_rate_period_range": ("rate.period", "must be between 1 ms and 366 days"),
+    "lonnymq_channel_rate_burst_range": ("rate.burst", "must be between 1 and 1000000"),
+    "lonnymq_channel_bucket_level_nonnegative": ("bucket_level", "must not be negative"),
 }
 
 # Undefined function, table, column: when the object is one of ours, the app's migrations

@@ -40,6 +40,17 @@ class Channel(models.Model):
         default=0, editable=False, help_text="Messages released (leased) from this channel, ever."
     )
     created_at = models.DateTimeField(default=timezone.now, editable=False)
+    weight = models.IntegerField(
+        default=1, help_text="Messages released per round under backlog (1 to 1000)."
+    )
+    round_used = models.IntegerField(default=0, editable=False)
+    # Token bucket (all three or none): at most rate_burst + rate_count * t / rate_period_ms
+    # releases in any window of t ms. Set them through api.configure_channel(rate=...).
+    rate_count = models.IntegerField(null=True, blank=True)
+    rate_period_ms = models.BigIntegerField(null=True, blank=True)
+    rate_burst = models.IntegerField(null=True, blank=True)
+    bucket_level = models.BigIntegerField(null=True, blank=True, editable=False)
+    next_token_at = models.BigIntegerField(null=True, blank=True, editable=False)
 
     class Meta:
         db_table = "lonnymq_channel"
@@ -66,6 +77,39 @@ class Channel(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(in_flight__gte=0), name="lonnymq_channel_in_flight_nonnegative"
+            ),
+            models.CheckConstraint(
+                condition=Q(weight__gte=1, weight__lte=1000),
+                name="lonnymq_channel_weight_range",
+                violation_error_message="Weight must be between 1 and 1000.",
+            ),
+            models.CheckConstraint(
+                condition=Q(round_used__gte=0, round_used__lt=F("weight")),
+                name="lonnymq_channel_round_used_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(rate_count__isnull=True, rate_period_ms__isnull=True, rate_burst__isnull=True)
+                | Q(rate_count__isnull=False, rate_period_ms__isnull=False, rate_burst__isnull=False),
+                name="lonnymq_channel_rate_complete",
+                violation_error_message="A rate needs a count, a period and a burst, or none of them.",
+            ),
+            models.CheckConstraint(
+                condition=Q(rate_count__gte=1, rate_count__lte=1_000_000),
+                name="lonnymq_channel_rate_count_range",
+                violation_error_message="A rate's count must be between 1 and 1,000,000.",
+            ),
+            models.CheckConstraint(
+                condition=Q(rate_period_ms__gte=1, rate_period_ms__lte=31_622_400_000),
+                name="lonnymq_channel_rate_period_range",
+                violation_error_message="A rate's period must be between 1 ms and 366 days.",
+            ),
+            models.CheckConstraint(
+                condition=Q(rate_burst__gte=1, rate_burst__lte=1_000_000),
+                name="lonnymq_channel_rate_burst_range",
+                violation_error_message="A rate's burst must be between 1 and 1,000,000.",
+            ),
+            models.CheckConstraint(
+                condition=Q(bucket_level__gte=0), name="lonnymq_channel_bucket_level_nonnegative"
             ),
         ]
         indexes = [

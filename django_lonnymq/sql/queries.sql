@@ -64,10 +64,12 @@ SELECT lonnymq_delete_channel_v1(%(id)s::bigint)
 SELECT lonnymq_purge_dead_v1(%(ids)s::bigint[])
 
 -- name: configure_channel
--- A NULL limit is left as it is; unlimited removes the concurrency cap.
-SELECT lonnymq_configure_channel_v2(%(queue)s::text, %(channel)s::text, %(max_concurrency)s::integer,
+-- A NULL limit is left as it is; unlimited removes the concurrency cap, no_rate the bucket.
+SELECT lonnymq_configure_channel_v3(%(queue)s::text, %(channel)s::text, %(max_concurrency)s::integer,
                                     %(unlimited)s::boolean, %(release_interval_ms)s::bigint,
-                                    %(paused)s::boolean)
+                                    %(paused)s::boolean, %(weight)s::integer, %(rate_count)s::integer,
+                                    %(rate_period_ms)s::bigint, %(rate_burst)s::integer,
+                                    %(no_rate)s::boolean)
 
 -- name: check
 SELECT channel_id, queue, channel, problem, detail FROM lonnymq_check_v1(%(grace_ms)s::bigint)

@@ -46,6 +46,20 @@ CREATE TABLE lonnymq_channel (
     turn                bigint      NOT NULL DEFAULT 0,
     released_total      bigint      NOT NULL DEFAULT 0,
     created_at          timestamptz NOT NULL DEFAULT now(),
+    -- Weighted round robin: under backlog the channel releases `weight` messages per round;
+    -- round_used counts the releases of the round it is part-way through.
+    weight              integer     NOT NULL DEFAULT 1,
+    round_used          integer     NOT NULL DEFAULT 0,
+    -- Token bucket: at most rate_burst + rate_count * t / rate_period_ms releases in any
+    -- window of t ms (all three NULL: none). bucket_level is the fill right after the last
+    -- release (last_dequeue_at), in token x period units (a release costs rate_period_ms of
+    -- them, rate_count come back per ms); NULL: full. next_token_at: when the next token is
+    -- due, the channel's earliest next turn.
+    rate_count          integer     NULL,
+    rate_period_ms      bigint      NULL,
+    rate_burst          integer     NULL,
+    bucket_level        bigint      NULL,
+    next_token_at       bigint      NULL,
     CONSTRAINT lonnymq_channel_queue_name_uniq UNIQUE (queue, name),
     CONSTRAINT lonnymq_channel_queue_length CHECK (char_length(queue) BETWEEN 1 AND 100),
     CONSTRAINT lonnymq_channel_name_length CHECK (char_length(name) BETWEEN 1 AND 200),
@@ -56,7 +70,16 @@ CREATE TABLE lonnymq_channel (
     -- At most 366 days: no release interval can push a channel's next turn out of range.
     CONSTRAINT lonnymq_channel_release_interval_range
         CHECK (release_interval_ms BETWEEN 0 AND 31622400000),
-    CONSTRAINT lonnymq_channel_in_flight_nonnegative CHECK (in_flight >= 0)
+    CONSTRAINT lonnymq_channel_in_flight_nonnegative CHECK (in_flight >= 0),
+    CONSTRAINT lonnymq_channel_weight_range CHECK (weight BETWEEN 1 AND 1000),
+    CONSTRAINT lonnymq_channel_round_used_range CHECK (round_used >= 0 AND round_used < weight),
+    CONSTRAINT lonnymq_channel_rate_complete
+        CHECK ((rate_count IS NULL) = (rate_period_ms IS NULL) AND (rate_count IS NULL) = (rate_burst IS NULL)),
+    CONSTRAINT lonnymq_channel_rate_count_range CHECK (rate_count BETWEEN 1 AND 1000000),
+    -- At most 366 days, as a release interval.
+    CONSTRAINT lonnymq_channel_rate_period_range CHECK (rate_period_ms BETWEEN 1 AND 31622400000),
+    CONSTRAINT lonnymq_channel_rate_burst_range CHECK (rate_burst BETWEEN 1 AND 1000000),
+    CONSTRAINT lonnymq_channel_bucket_level_nonnegative CHECK (bucket_level >= 0)
 ) WITH (
     -- Every release rewrites the row: leave room on the page and vacuum early.
     fillfactor = 50,
@@ -385,19 +408,19 @@ AS $$
 BEGIN
     IF pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
         UPDATE lonnymq_channel c
-           SET next_dequeue_at = greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms),
+           SET next_dequeue_at = greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at),
                turn = pg_catalog.nextval('lonnymq_turn_seq') * 100000
          WHERE c.id = p_channel_id
            AND (c.next_dequeue_at IS NULL
-                OR c.next_dequeue_at > greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms)
+                OR c.next_dequeue_at > greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at)
                                        + p_tolerance_ms);
     ELSE
         UPDATE lonnymq_channel c
            SET next_dequeue_at = least(
                    coalesce(c.next_dequeue_at, 9223372036854775807),
-                   greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms)),
+                   greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at)),
                turn = CASE WHEN c.next_dequeue_at IS NULL
-                             OR c.next_dequeue_at > greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms)
+                             OR c.next_dequeue_at > greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at)
                            THEN pg_catalog.nextval('lonnymq_turn_seq') * 100000 ELSE c.turn END
          WHERE c.id = p_channel_id;
     END IF;
@@ -426,7 +449,7 @@ DECLARE
     v_floor bigint;
 BEGIN
     IF pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
-        SELECT c.next_dequeue_at, c.last_dequeue_at + c.release_interval_ms INTO v_next, v_floor
+        SELECT c.next_dequeue_at, greatest(c.last_dequeue_at + c.release_interval_ms, c.next_token_at) INTO v_next, v_floor
           FROM lonnymq_channel c WHERE c.id = p_channel_id;
         IF v_next IS NOT NULL AND v_next <= greatest(p_dequeue_at, v_floor) + p_tolerance_ms THEN
             RETURN false;
@@ -469,7 +492,7 @@ BEGIN
       JOIN lonnymq_channel c ON c.id = u.id AND c.id = ANY (p_channel_ids)
      WHERE pg_catalog.current_setting('transaction_isolation') <> 'read committed'
         OR ((c.next_dequeue_at IS NULL
-             OR c.next_dequeue_at > greatest(u.at, c.last_dequeue_at + c.release_interval_ms) + p_tolerance_ms)
+             OR c.next_dequeue_at > greatest(u.at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at) + p_tolerance_ms)
             AND NOT EXISTS (SELECT 1 FROM lonnymq_wake m
                              WHERE m.channel_id = c.id AND m.dequeue_at <= u.at + p_tolerance_ms))
     ON CONFLICT (channel_id, xact) DO UPDATE SET dequeue_at = excluded.dequeue_at
@@ -513,12 +536,12 @@ BEGIN
         RETURN;
     END IF;
     UPDATE lonnymq_channel c
-       SET next_dequeue_at = greatest(u.at, c.last_dequeue_at + c.release_interval_ms),
+       SET next_dequeue_at = greatest(u.at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at),
            turn = pg_catalog.nextval('lonnymq_turn_seq') * 100000
       FROM ROWS FROM (pg_catalog.unnest(v_ids), pg_catalog.unnest(v_ats)) AS u(id, at)
      WHERE c.id = u.id AND c.id = ANY (v_ids)
        AND (c.next_dequeue_at IS NULL
-            OR c.next_dequeue_at > greatest(u.at, c.last_dequeue_at + c.release_interval_ms) + p_tolerance_ms);
+            OR c.next_dequeue_at > greatest(u.at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at) + p_tolerance_ms);
 END
 $$;
 
@@ -791,10 +814,11 @@ $$;
 
 -- Lease up to p_batch_size messages of one queue, round robin across its channels.
 -- Picks up to p_batch_size eligible channels (SKIP LOCKED), splits the batch fairly across
--- them (capped by free concurrency slots; a rate-limited channel releases one), leases each
--- picked channel's first ready messages, and moves every picked channel to its next turn.
--- Rows come back in round-robin order: first message of each channel in pick order, then
--- the second, and so on.
+-- them (capped by free concurrency slots and rate limits: a release interval releases one,
+-- a token bucket as many as it holds tokens), leases each picked channel's first ready
+-- messages, and moves every picked channel to its next turn. A channel of weight w takes w
+-- messages per round. Rows come back in round-robin order: the first round of each channel
+-- in pick order, then the second, and so on.
 CREATE FUNCTION lonnymq_dequeue_v1(
     p_queue        text,
     p_batch_size   integer DEFAULT 1,
@@ -817,19 +841,32 @@ DECLARE
     v_ch_names    text[];
     v_quotas      integer[];
     v_limited     bigint[];
+    v_weights     integer[];
+    v_used        integer[];
+    v_levels      bigint[];
+    v_rounds_first bigint;
+    v_weight_sum  bigint;
+    v_rounds      bigint;
     v_n           integer;
-    v_share       integer;
     v_msg_ids     bigint[];
+    v_msg_ords    bigint[];
+    v_msg_rounds  bigint[];
+    v_cut_owed    bigint[];
     v_next_ids    bigint[];
     v_next_at     bigint[];
     v_next_last   bigint[];
     v_next_leased integer[];
-    v_msg_ords    bigint[];
+    v_next_token  bigint[];
+    v_next_level  bigint[];
+    v_owed        boolean[];
+    v_rate_n      integer[];
+    v_rate_period bigint[];
     v_lock_timeout text;
     v_intervals   bigint[];
     i             integer;
     v_head        bigint;
     v_floor       bigint;
+    v_level       bigint;
 BEGIN
     IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'dequeue needs READ COMMITTED, the session runs %', pg_catalog.current_setting('transaction_isolation')
@@ -850,6 +887,9 @@ BEGIN
     --    ("while locking updated version of tuple"): two dequeuers can then wait on each
     --    other until deadlock_timeout (1 s) kills one. A short lock timeout turns that into
     --    an empty batch after 20 ms; the worker simply asks again.
+    --    room: what the channel's limits let it release now. level: a token bucket's fill
+    --    now (in token x period units; one release costs rate_period_ms of them), refilled
+    --    at rate_count units per ms since the last release, up to rate_burst tokens.
     v_lock_timeout := pg_catalog.current_setting('lock_timeout');
     PERFORM pg_catalog.set_config('lock_timeout', '20ms', true);
     BEGIN
@@ -859,20 +899,38 @@ BEGIN
         END IF;
         SELECT pg_catalog.array_agg(p.id ORDER BY p.next_dequeue_at, p.turn),
                pg_catalog.array_agg(p.name ORDER BY p.next_dequeue_at, p.turn),
-               pg_catalog.array_agg(p.room ORDER BY p.next_dequeue_at, p.turn),
-               pg_catalog.array_agg(p.id) FILTER (WHERE p.max_concurrency IS NOT NULL)
-          INTO v_ch_ids, v_ch_names, v_quotas, v_limited
+               pg_catalog.array_agg(CASE WHEN p.level IS NULL THEN p.room
+                                         ELSE least(p.room::bigint, p.level / p.rate_period_ms)::integer END
+                                    ORDER BY p.next_dequeue_at, p.turn),
+               pg_catalog.array_agg(p.id) FILTER (WHERE p.max_concurrency IS NOT NULL),
+               pg_catalog.array_agg(p.weight ORDER BY p.next_dequeue_at, p.turn),
+               pg_catalog.array_agg(p.round_used ORDER BY p.next_dequeue_at, p.turn),
+               pg_catalog.array_agg(p.level ORDER BY p.next_dequeue_at, p.turn),
+               pg_catalog.sum(p.weight - p.round_used), pg_catalog.sum(p.weight)
+          INTO v_ch_ids, v_ch_names, v_quotas, v_limited, v_weights, v_used, v_levels,
+               v_rounds_first, v_weight_sum
           FROM (
-            SELECT c.id, c.name, c.next_dequeue_at, c.turn, c.max_concurrency,
+            SELECT c.id, c.name, c.next_dequeue_at, c.turn, c.max_concurrency, c.weight, c.round_used,
+                   c.rate_period_ms,
+                   -- NULL: no limit but the batch.
                    CASE WHEN c.release_interval_ms > 0 THEN 1
-                        WHEN c.max_concurrency IS NOT NULL THEN c.max_concurrency - c.in_flight
-                        ELSE p_batch_size END AS room
+                        WHEN c.max_concurrency IS NOT NULL THEN c.max_concurrency - c.in_flight END AS room,
+                   CASE WHEN c.rate_count IS NULL THEN NULL
+                        WHEN c.bucket_level IS NULL OR c.last_dequeue_at IS NULL
+                        THEN c.rate_burst::bigint * c.rate_period_ms
+                        ELSE least(c.rate_burst::bigint * c.rate_period_ms,
+                                   c.bucket_level + least(greatest(v_now - c.last_dequeue_at, 0::bigint),
+                                                          c.rate_burst::bigint * c.rate_period_ms)
+                                                    * c.rate_count::bigint) END AS level
               FROM lonnymq_channel c
              WHERE c.queue = p_queue
                AND c.next_dequeue_at <= v_now
                AND c.next_dequeue_at IS NOT NULL
                AND NOT c.paused
                AND (c.max_concurrency IS NULL OR c.in_flight < c.max_concurrency)
+               -- A bucket refills from its last release: never from a release "after" now
+               -- (another dequeuer's clock read a moment later).
+               AND (c.rate_count IS NULL OR c.last_dequeue_at IS NULL OR c.last_dequeue_at <= v_now)
              ORDER BY c.next_dequeue_at, c.turn
              LIMIT p_batch_size
                FOR NO KEY UPDATE OF c SKIP LOCKED
@@ -886,15 +944,22 @@ BEGIN
     IF v_n = 0 THEN
         RETURN;
     END IF;
-    v_share := pg_catalog.ceil(p_batch_size::numeric / v_n::numeric)::integer;
 
-    -- 2. Candidate messages: each picked channel's first ready ones, then cut the batch in
-    --    round-robin order (rank within channel, then pick order).
-    SELECT pg_catalog.array_agg(x.id ORDER BY x.rank, x.ord), pg_catalog.array_agg(x.ord ORDER BY x.rank, x.ord)
-      INTO v_msg_ids, v_msg_ords
+    -- 2. Candidate messages: each picked channel's first ready ones, in rounds: a channel of
+    --    weight w takes w per round (fewer in the first round when it is part-way through
+    --    one). Enough rounds for a full batch if every channel had a backlog (with weights
+    --    1: ceil(batch / channels) each, as a plain round robin), capped by the room. Then
+    --    the batch is cut in round-robin order (round, pick order, rank).
+    v_rounds := pg_catalog.ceil(greatest(p_batch_size - v_rounds_first, 0)::numeric / v_weight_sum::numeric)::bigint;
+    SELECT pg_catalog.array_agg(x.id ORDER BY x.rnd, x.ord, x.rank),
+           pg_catalog.array_agg(x.ord ORDER BY x.rnd, x.ord, x.rank),
+           pg_catalog.array_agg(x.rnd ORDER BY x.rnd, x.ord, x.rank)
+      INTO v_msg_ids, v_msg_ords, v_msg_rounds
       FROM (
-        SELECT m.id, m.rank, p.ord
-          FROM ROWS FROM (pg_catalog.unnest(v_ch_ids), pg_catalog.unnest(v_quotas)) WITH ORDINALITY AS p(channel_id, room, ord)
+        SELECT m.id, m.rank, p.ord, (p.used + m.rank - 1) / p.weight AS rnd
+          FROM ROWS FROM (pg_catalog.unnest(v_ch_ids), pg_catalog.unnest(v_quotas),
+                          pg_catalog.unnest(v_weights), pg_catalog.unnest(v_used))
+               WITH ORDINALITY AS p(channel_id, room, weight, used, ord)
           CROSS JOIN LATERAL (
               SELECT q.id, pg_catalog.row_number() OVER (ORDER BY q.dequeue_at, q.id) AS rank
                 FROM (SELECT mm.id, mm.dequeue_at
@@ -903,12 +968,20 @@ BEGIN
                          AND mm.lease_until IS NULL
                          AND mm.dequeue_at <= v_now
                        ORDER BY mm.dequeue_at, mm.id
-                       LIMIT least(p.room, v_share)
+                       LIMIT least(p.room::bigint, (p.weight - p.used)::bigint + v_rounds * p.weight::bigint,
+                                   p_batch_size::bigint)
                          FOR UPDATE OF mm SKIP LOCKED) q
           ) m
-         ORDER BY m.rank, p.ord
-         LIMIT p_batch_size
       ) x;
+    -- Cut to the batch. The channels whose round the cut interrupted are owed the rest of
+    -- it: they keep their place in the rotation (step 4).
+    IF pg_catalog.cardinality(v_msg_ids) > p_batch_size THEN
+        SELECT pg_catalog.array_agg(DISTINCT o.ord) INTO v_cut_owed
+          FROM ROWS FROM (pg_catalog.unnest(v_msg_ords), pg_catalog.unnest(v_msg_rounds)) WITH ORDINALITY AS o(ord, rnd, pos)
+         WHERE o.pos > p_batch_size AND o.rnd = v_msg_rounds[p_batch_size];
+        v_msg_ids := v_msg_ids[1:p_batch_size];
+        v_msg_ords := v_msg_ords[1:p_batch_size];
+    END IF;
 
     -- 3. Lease them (matched by id array: a join here is planned as a full scan).
     IF v_msg_ids IS NOT NULL THEN
@@ -922,15 +995,18 @@ BEGIN
     END IF;
 
     -- 4. Each picked channel's next turn: its next ready message, no earlier than now plus
-    --    its release interval when it released something.
+    --    its release interval when it released something, nor before its bucket's next token.
     --    Leased per channel comes from step 2's pick ordinals: probing the message table
     --    with the id array once per channel cost 100 x 100 index probes per call.
     SELECT pg_catalog.array_agg(p.channel_id ORDER BY p.ord),
            pg_catalog.array_agg(h.dequeue_at ORDER BY p.ord),
            pg_catalog.array_agg(c.last_dequeue_at + c.release_interval_ms ORDER BY p.ord),
            pg_catalog.array_agg(coalesce(pg_catalog.cardinality(pg_catalog.array_positions(v_msg_ords, p.ord)), 0) ORDER BY p.ord),
-           pg_catalog.array_agg(c.release_interval_ms ORDER BY p.ord)
-      INTO v_next_ids, v_next_at, v_next_last, v_next_leased, v_intervals
+           pg_catalog.array_agg(c.release_interval_ms ORDER BY p.ord),
+           pg_catalog.array_agg(c.next_token_at ORDER BY p.ord),
+           pg_catalog.array_agg(c.rate_count ORDER BY p.ord),
+           pg_catalog.array_agg(c.rate_period_ms ORDER BY p.ord)
+      INTO v_next_ids, v_next_at, v_next_last, v_next_leased, v_intervals, v_next_token, v_rate_n, v_rate_period
       FROM pg_catalog.unnest(v_ch_ids) WITH ORDINALITY AS p(channel_id, ord)
       -- "= ANY" gives the planner an index path (a plain join to unnest() is planned as a
       -- hash join over a sequential scan of every channel).
@@ -940,15 +1016,33 @@ BEGIN
            WHERE mm.channel_id = p.channel_id AND mm.lease_until IS NULL
            ORDER BY mm.dequeue_at, mm.id LIMIT 1
       ) h ON true;
+    v_owed := pg_catalog.array_fill(false, ARRAY[v_n]);
+    v_next_level := v_levels;
 
     FOR i IN 1 .. v_n LOOP
+        -- A token bucket that released: its fill after these releases, and when its next
+        -- token is due (the channel's next turn is no earlier).
+        IF v_levels[i] IS NOT NULL AND v_next_leased[i] > 0 THEN
+            v_level := v_levels[i] - v_next_leased[i]::bigint * v_rate_period[i];
+            v_next_level[i] := v_level;
+            v_next_token[i] := CASE WHEN v_level >= v_rate_period[i] THEN v_now
+                                    ELSE v_now + (v_rate_period[i] - v_level + v_rate_n[i] - 1) / v_rate_n[i] END;
+        END IF;
         IF v_next_leased[i] > 0 THEN
             v_floor := v_now + v_intervals[i];
         ELSE
             v_floor := greatest(v_now, coalesce(v_next_last[i], v_now));
         END IF;
+        v_floor := greatest(v_floor, v_next_token[i]);
         v_head := v_next_at[i];
-        IF v_head IS NULL OR greatest(v_head, v_floor) > v_floor + p_tolerance_ms THEN
+        IF v_head <= v_now AND v_floor <= v_now
+           AND (v_quotas[i] IS NULL OR v_next_leased[i] < v_quotas[i])
+           AND ((v_next_leased[i] > 0 AND (v_used[i] + v_next_leased[i]) % v_weights[i] <> 0)
+                OR i = ANY (v_cut_owed)) THEN
+            -- Owed the rest of its round (weighted, or cut off by the batch): it keeps its
+            -- place, so the next dequeue serves it first.
+            v_owed[i] := true;
+        ELSIF v_head IS NULL OR greatest(v_head, v_floor) > v_floor + p_tolerance_ms THEN
             -- Parking the channel, or moving it far ahead: only when no enqueue into it is
             -- in flight, and only after a second look with a snapshot taken after the lock.
             IF pg_catalog.pg_try_advisory_xact_lock(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_next_ids[i])) THEN
@@ -967,14 +1061,21 @@ BEGIN
         END IF;
     END LOOP;
 
+    -- 5. Write the picked channels. An owed channel keeps its turn and counts the releases
+    --    of its round; every other one goes to the back and starts a new round.
     v_turn_base := pg_catalog.nextval('lonnymq_turn_seq') * 100000;
     UPDATE lonnymq_channel c
-       SET next_dequeue_at = u.next_at,
-           turn = v_turn_base + u.ord,
+       SET next_dequeue_at = CASE WHEN u.owed THEN c.next_dequeue_at ELSE u.next_at END,
+           turn = CASE WHEN u.owed THEN c.turn ELSE v_turn_base + u.ord END,
+           round_used = CASE WHEN u.owed THEN (c.round_used + u.leased) % c.weight ELSE 0 END,
            last_dequeue_at = CASE WHEN u.leased > 0 THEN v_now ELSE c.last_dequeue_at END,
            released_total = c.released_total + u.leased,
-           in_flight = c.in_flight + CASE WHEN c.max_concurrency IS NOT NULL THEN u.leased ELSE 0 END
-      FROM ROWS FROM (pg_catalog.unnest(v_next_ids), pg_catalog.unnest(v_next_at), pg_catalog.unnest(v_next_leased)) WITH ORDINALITY AS u(channel_id, next_at, leased, ord)
+           in_flight = c.in_flight + CASE WHEN c.max_concurrency IS NOT NULL THEN u.leased ELSE 0 END,
+           bucket_level = CASE WHEN u.leased > 0 THEN u.level ELSE c.bucket_level END,
+           next_token_at = CASE WHEN u.leased > 0 THEN u.token_at ELSE c.next_token_at END
+      FROM ROWS FROM (pg_catalog.unnest(v_next_ids), pg_catalog.unnest(v_next_at), pg_catalog.unnest(v_next_leased),
+                      pg_catalog.unnest(v_owed), pg_catalog.unnest(v_next_level), pg_catalog.unnest(v_next_token))
+           WITH ORDINALITY AS u(channel_id, next_at, leased, owed, level, token_at, ord)
      WHERE c.id = u.channel_id AND c.id = ANY (v_next_ids);
 
     IF v_msg_ids IS NULL THEN
@@ -1460,16 +1561,35 @@ BEGIN
 END
 $$;
 
+-- Create a channel or change the limits given (the form before weights and token buckets):
+-- the same as lonnymq_configure_channel_v3 with weight and rate left as they are.
+CREATE FUNCTION lonnymq_configure_channel_v2(
+    p_queue text, p_channel text, p_max_concurrency integer DEFAULT NULL, p_unlimited boolean DEFAULT false,
+    p_release_interval_ms bigint DEFAULT NULL, p_paused boolean DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN lonnymq_configure_channel_v3(p_queue, p_channel, p_max_concurrency, p_unlimited,
+                                        p_release_interval_ms, p_paused);
+END
+$$;
+
 -- Create a channel or change the limits given: a NULL argument leaves that limit as it is
--- (p_unlimited removes the concurrency cap). The channel row is locked before its limits
--- are read, so an edit of one limit never overwrites a concurrent change of another.
+-- (p_unlimited removes the concurrency cap, p_no_rate the token bucket). A rate is given
+-- whole (count, period and burst). The channel row is locked before its limits are read,
+-- so an edit of one limit never overwrites a concurrent change of another.
 -- Setting a limit on a channel that had none starts counting the leases already running, so
 -- the limit holds at once. Their message rows are claimed with SKIP LOCKED after the channel
 -- row is locked: a message locked right now is being acked, failed or reaped, i.e. leaving
 -- flight, and waiting on it could deadlock with an ack (message row, then channel row).
-CREATE FUNCTION lonnymq_configure_channel_v2(
+-- A new or changed rate starts with a full bucket; a new weight starts a new round.
+CREATE FUNCTION lonnymq_configure_channel_v3(
     p_queue text, p_channel text, p_max_concurrency integer DEFAULT NULL, p_unlimited boolean DEFAULT false,
-    p_release_interval_ms bigint DEFAULT NULL, p_paused boolean DEFAULT NULL
+    p_release_interval_ms bigint DEFAULT NULL, p_paused boolean DEFAULT NULL, p_weight integer DEFAULT NULL,
+    p_rate_count integer DEFAULT NULL, p_rate_period_ms bigint DEFAULT NULL, p_rate_burst integer DEFAULT NULL,
+    p_no_rate boolean DEFAULT false
 ) RETURNS bigint
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -1481,6 +1601,7 @@ DECLARE
     v_counted  integer := 0;
     v_max      integer;
     v_interval bigint;
+    v_new_rate boolean;
 BEGIN
     IF p_max_concurrency IS NOT NULL AND p_max_concurrency < 1 THEN
         PERFORM lonnymq_raise_invalid_v1('max_concurrency', 'must be positive or null (unlimited)', p_max_concurrency::text);
@@ -1489,6 +1610,16 @@ BEGIN
         PERFORM lonnymq_raise_invalid_v1('max_concurrency', 'cannot be combined with unlimited', p_max_concurrency::text);
     END IF;
     PERFORM lonnymq_check_range_v1('release_interval_ms', p_release_interval_ms, 0::bigint, 31622400000::bigint, true);
+    PERFORM lonnymq_check_range_v1('weight', p_weight::bigint, 1::bigint, 1000::bigint, true);
+    v_new_rate := p_rate_count IS NOT NULL OR p_rate_period_ms IS NOT NULL OR p_rate_burst IS NOT NULL;
+    IF v_new_rate THEN
+        IF coalesce(p_no_rate, false) THEN
+            PERFORM lonnymq_raise_invalid_v1('rate', 'cannot be combined with no_rate', p_rate_count::text);
+        END IF;
+        PERFORM lonnymq_check_range_v1('rate_count', p_rate_count::bigint, 1::bigint, 1000000::bigint, false);
+        PERFORM lonnymq_check_range_v1('rate_period_ms', p_rate_period_ms, 1::bigint, 31622400000::bigint, false);
+        PERFORM lonnymq_check_range_v1('rate_burst', p_rate_burst::bigint, 1::bigint, 1000000::bigint, false);
+    END IF;
     PERFORM lonnymq_check_names_v1(p_queue, p_channel);
     v_id := lonnymq_channel_id_v1(p_queue, p_channel);
     SELECT * INTO v_old FROM lonnymq_channel c WHERE c.id = v_id FOR NO KEY UPDATE;
@@ -1512,9 +1643,18 @@ BEGIN
            release_interval_ms = v_interval,
            paused = coalesce(p_paused, c.paused),
            in_flight = c.in_flight + v_counted,
+           weight = coalesce(p_weight, c.weight),
+           round_used = CASE WHEN p_weight IS NULL OR p_weight = c.weight THEN c.round_used ELSE 0 END,
+           rate_count = CASE WHEN v_new_rate THEN p_rate_count WHEN p_no_rate THEN NULL ELSE c.rate_count END,
+           rate_period_ms = CASE WHEN v_new_rate THEN p_rate_period_ms WHEN p_no_rate THEN NULL ELSE c.rate_period_ms END,
+           rate_burst = CASE WHEN v_new_rate THEN p_rate_burst WHEN p_no_rate THEN NULL ELSE c.rate_burst END,
+           bucket_level = CASE WHEN v_new_rate OR p_no_rate THEN NULL ELSE c.bucket_level END,
+           next_token_at = CASE WHEN v_new_rate OR p_no_rate THEN NULL ELSE c.next_token_at END,
            next_dequeue_at = CASE WHEN v_head IS NULL THEN c.next_dequeue_at
                                   ELSE least(coalesce(c.next_dequeue_at, v_head),
-                                             greatest(v_head, c.last_dequeue_at + v_interval)) END
+                                             greatest(v_head, c.last_dequeue_at + v_interval,
+                                                      CASE WHEN v_new_rate OR p_no_rate THEN NULL
+                                                           ELSE c.next_token_at END)) END
      WHERE c.id = v_id;
     PERFORM pg_catalog.pg_notify('lonnymq_wakeup', p_queue);
     RETURN v_id;
@@ -1602,7 +1742,7 @@ BEGIN
            -- still ahead: a turn that has already come is eligible now, however old the head.
            AND (c.next_dequeue_at IS NULL
                 OR c.next_dequeue_at > greatest(h.dequeue_at, c.last_dequeue_at + c.release_interval_ms,
-                                                lonnymq_now_ms_v1()) + p_grace_ms)
+                                                c.next_token_at, lonnymq_now_ms_v1()) + p_grace_ms)
            -- A producer's committed wake-up mark is applied by the next dequeue.
            AND NOT EXISTS (SELECT 1 FROM lonnymq_wake w
                             WHERE w.channel_id = c.id

@@ -167,7 +167,11 @@ def configure(
     release_interval_ms: int = 0,
     paused: bool = False,
     conn: Any = None,
+    weight: int | None = None,
+    rate: tuple[int, int, int] | None = None,
 ) -> int:
+    """``rate``: (count, period_ms, burst); None leaves the channel's rate as it is."""
+    count, period_ms, burst = rate or (None, None, None)
     return int(
         named(
             "configure_channel",
@@ -178,6 +182,11 @@ def configure(
             unlimited=max_concurrency is None,
             release_interval_ms=release_interval_ms,
             paused=paused,
+            weight=weight,
+            rate_count=count,
+            rate_period_ms=period_ms,
+            rate_burst=burst,
+            no_rate=False,
         )
     )
 

@@ -44,6 +44,8 @@ RELEASED = {
     "0008_workers.up.sql": "05ab5a9d8362462f3ec593ef67f78475485f80f6b751d9fbaa689733d1119ffc",
     "0009_topics.down.sql": "89225107f8d7282f5c5793bba838edc50bf012b7ecdb58b9f590bc8beffb710d",
     "0009_topics.up.sql": "53a931bf376292cd137ab3614edc3bae7f54067021bd3e70fc21b4b3e5ca2569",
+    "0010_weights_and_token_buckets.down.sql": "3533a44878cb89c61e774a3b87506d3e78df5769826c8f18b08bd82f271fcc03",
+    "0010_weights_and_token_buckets.up.sql": "0a7da712065383e9cdf7e51a02de7c6c21f79f01ddeb7474f56d16766bb0add9",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
