@@ -21,6 +21,7 @@ __all__ = [
     "enqueue",
     "enqueue_many",
     "handler",
+    "periodic",
     "publish",
     "publish_many",
     "subscribe",
@@ -40,6 +41,7 @@ _PUBLIC = {
     "publish": "topics",
     "publish_many": "topics",
     "subscribe": "topics",
+    "periodic": "schedules",
 }
 
 if TYPE_CHECKING:
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     from .exceptions import Discard, Retry
     from .message import Message
     from .registry import handler
+    from .schedules import periodic
     from .topics import Event, publish, publish_many, subscribe
 
 

@@ -38,6 +38,16 @@ class Message:
     )
 
     @property
+    def scheduled_at(self) -> datetime | None:
+        """The tick a periodic schedule enqueued this message for (None for other messages).
+
+        It travels in the dedup key, ``lonnymq.periodic:<schedule id>:<tick ms>``.
+        """
+        from .schedules import tick_of
+
+        return tick_of(self.dedup_key)
+
+    @property
     def is_last_attempt(self) -> bool:
         return self.attempt >= self.max_attempts
 

@@ -26,7 +26,7 @@ from typing import Any
 import psycopg
 from django.db import close_old_connections, connections
 
-from . import sql
+from . import schedules, sql
 from .conf import settings, to_ms
 from .exceptions import (
     Discard,
@@ -170,6 +170,8 @@ class Worker:
         self.poll_interval = settings.ms("POLL_INTERVAL") / 1000
         self.reap_interval = settings.ms("REAP_INTERVAL") / 1000
         self.stats = Stats()
+        # Periodic schedules of these queues: synced at the first maintenance, then ticked.
+        self._ticker = schedules.Ticker(self.queues, interval=self.poll_interval)
 
         self._stopping = threading.Event()
         self._forced = threading.Event()
@@ -778,6 +780,8 @@ class Worker:
             if reaped:
                 self.stats.reaped += int(reaped)
                 logger.info("recovered %d message(s) whose lease expired", reaped)
+        if not self._stopping.is_set():
+            self._ticker.run(self._conn)  # never raises; on its own clock
 
     # -- shutdown ------------------------------------------------------------------------
 

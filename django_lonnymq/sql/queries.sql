@@ -118,3 +118,27 @@ SELECT queue, ids FROM lonnymq_publish_v1(%(topic)s::text, %(keys)s::text[], %(p
 
 -- name: subscribe
 SELECT lonnymq_subscribe_v1(%(topics)s::text[], %(queues)s::text[])
+
+-- name: now_ms
+SELECT lonnymq_now_ms_v1()
+
+-- name: claim_schedules
+-- Due schedules of the worker's queues (at %(now_ms)s, or the database's clock when NULL),
+-- locked until the caller's transaction ends: other workers skip them. One probe of
+-- lonnymq_schedule_due_idx per queue; nothing due reads no table row.
+WITH now AS MATERIALIZED (SELECT coalesce(%(now_ms)s::bigint, lonnymq_now_ms_v1()) AS ms)
+SELECT s.id, s.cron, s.every_ms, s.timezone, s.catch_up, s.next_tick_at, now.ms
+  FROM now, lonnymq_schedule s
+ WHERE s.enabled AND s.queue = ANY (%(queues)s::text[]) AND s.next_tick_at <= now.ms
+ ORDER BY s.next_tick_at
+ LIMIT %(limit)s::integer
+   FOR UPDATE OF s SKIP LOCKED
+
+-- name: fire_schedule
+SELECT lonnymq_fire_schedule_v1(%(id)s::bigint, %(claimed_at)s::bigint, %(ticks)s::bigint[],
+                                %(next_tick_at)s::bigint, %(error)s::text, %(default_max_attempts)s::integer,
+                                %(priority_step_ms)s::bigint, %(tolerance_ms)s::bigint)
+
+-- name: sync_schedules
+SELECT added, changed, removed
+  FROM lonnymq_sync_schedules_v1(%(names)s::text[], %(declared)s::jsonb[], %(next_tick_ats)s::bigint[])

@@ -1,0 +1,486 @@
+"""Periodic jobs: ``@periodic`` declarations, their sync into ``lonnymq_schedule``, and ticking.
+
+A schedule enqueues one message per tick into its queue. Any worker serving that queue
+claims due schedule rows ``FOR UPDATE SKIP LOCKED`` (named query ``claim_schedules``),
+computes the ticks here (cron through cronsim, in the schedule's time zone), and calls
+``lonnymq_fire_schedule_v1``, which enqueues each tick with the dedup key
+``lonnymq.periodic:<schedule id>:<tick ms>`` and writes the next tick, all in one
+transaction: each tick is enqueued once however many workers run. A handler reads the tick
+back as :attr:`Message.scheduled_at <django_lonnymq.Message.scheduled_at>`.
+
+Ticks are whole seconds (cron) or multiples of the interval since the Unix epoch (``every``).
+After downtime, at most ``catch_up`` of the missed ticks are enqueued: the latest ones.
+Daylight saving time follows Debian's cron (cronsim): docs/periodic.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from typing import Any, TypeVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cronsim import CronSim, CronSimError
+
+from . import api, sql
+from .conf import settings
+from .exceptions import InvalidArgument, sql_errors
+from .limits import MAX_INTERVAL
+
+logger = logging.getLogger("django_lonnymq.schedules")
+
+F = TypeVar("F")
+
+# The dedup key of a tick's message: the schedule's id and the tick (ms since the epoch).
+TICK_KEY_PREFIX = "lonnymq.periodic:"
+# Schedules claimed per transaction; a full batch makes the worker claim again at once.
+CLAIM_BATCH = 100
+MIN_EVERY = timedelta(seconds=1)
+MAX_CATCH_UP = 1000
+_BACKOFF_FIRST = 0.5
+_BACKOFF_MAX = 30.0
+
+
+# ---------------------------------------------------------------------------------------
+# Timing: when a schedule ticks
+# ---------------------------------------------------------------------------------------
+
+
+def check_timezone(value: Any, field: str = "timezone") -> str:
+    """An IANA time zone name (``"Europe/Paris"``, ``"UTC"``)."""
+    if not isinstance(value, str):
+        raise InvalidArgument(field, "must be an IANA time zone name such as 'Europe/Paris'", value)
+    api._name(field, value, 100)
+    _zone(value, field)
+    return value
+
+
+@lru_cache(maxsize=256)
+def _zone_cached(name: str) -> ZoneInfo:
+    return ZoneInfo(name)
+
+
+def _zone(name: str, field: str = "timezone") -> ZoneInfo:
+    try:
+        return _zone_cached(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise InvalidArgument(
+            field, "must be a known IANA time zone name such as 'Europe/Paris'", name
+        ) from None
+
+
+def check_cron(value: Any, field: str = "cron") -> str:
+    """A five-field cron expression that matches some time in the next 50 years."""
+    if not isinstance(value, str):
+        raise InvalidArgument(field, "must be a cron expression string such as '*/5 * * * *'", value)
+    api._name(field, value, 200)
+    if len(value.split()) != 5:
+        raise InvalidArgument(
+            field,
+            "must have five fields (minute hour day-of-month month day-of-week); "
+            "use every=timedelta(seconds=...) for schedules under a minute",
+            value,
+        )
+    try:
+        next(CronSim(value, datetime.now(UTC)))
+    except CronSimError as exc:
+        raise InvalidArgument(field, f"is not a valid cron expression ({exc})", value) from None
+    except StopIteration:
+        raise InvalidArgument(field, "never matches within 50 years", value) from None
+    return value
+
+
+def check_every(value: Any, field: str = "every") -> int:
+    """A fixed interval of at least 1 second and at most 366 days, in ms."""
+    if isinstance(value, bool) or not isinstance(value, (timedelta, int, float)):
+        raise InvalidArgument(field, "must be a timedelta or a number of seconds", value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidArgument(field, "must be finite", value)
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if seconds <= 0:
+        raise InvalidArgument(field, "must be longer than zero", value)
+    if seconds < MIN_EVERY.total_seconds() or seconds > MAX_INTERVAL.total_seconds():
+        raise InvalidArgument(field, "must be between 1 second and 366 days", value)
+    return round(seconds * 1000)
+
+
+def _int(field: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(field, "must be an integer", value)
+    if not low <= value <= high:
+        raise InvalidArgument(field, f"must be between {low} and {high}", value)
+    return value
+
+
+def _dt(ms: int, zone: ZoneInfo) -> datetime:
+    return datetime.fromtimestamp(ms // 1000, tz=UTC).astimezone(zone)
+
+
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp()) * 1000
+
+
+@dataclass(frozen=True)
+class Timing:
+    """A cron expression in a time zone, or a fixed interval; computes ticks in ms."""
+
+    cron: str | None
+    every_ms: int | None
+    timezone: str = "UTC"
+
+    def __post_init__(self) -> None:
+        if (self.cron is None) == (self.every_ms is None):
+            raise InvalidArgument("cron", "or every must be given, not both", self.cron)
+        if self.cron is not None:
+            check_cron(self.cron)
+        else:
+            check_every(timedelta(milliseconds=self.every_ms or 0))
+        _zone(self.timezone)
+
+    def next_after(self, ms: int) -> int:
+        """The first tick later than ``ms``."""
+        if self.every_ms is not None:
+            return (ms // self.every_ms + 1) * self.every_ms
+        assert self.cron is not None
+        try:
+            return _ms(next(CronSim(self.cron, _dt(ms, _zone(self.timezone)))))
+        except StopIteration:
+            raise InvalidArgument("cron", "never matches within 50 years", self.cron) from None
+
+    def due(self, first_ms: int, now_ms: int, limit: int) -> list[int]:
+        """The ticks from ``first_ms`` to ``now_ms`` (both included): the latest ``limit``, in order."""
+        if first_ms > now_ms:
+            return []
+        if self.every_ms is not None:
+            latest = now_ms // self.every_ms * self.every_ms
+            if latest < first_ms:
+                return []
+            count = min(limit, (latest - first_ms) // self.every_ms + 1)
+            return [latest - self.every_ms * i for i in range(count - 1, -1, -1)]
+        assert self.cron is not None
+        zone = _zone(self.timezone)
+        # Going back from now finds where the latest `limit` ticks start without walking a
+        # long downtime tick by tick; the ticks themselves come from walking forward, as
+        # next_after() does, so both agree on every DST day.
+        start = first_ms
+        found = 0
+        for moment in CronSim(self.cron, _dt(now_ms + 1000, zone), reverse=True):
+            at = _ms(moment)
+            if at < first_ms:
+                break
+            start, found = at, found + 1
+            if found >= limit:
+                break
+        ticks: deque[int] = deque(maxlen=limit)
+        for moment in CronSim(self.cron, _dt(start - 1000, zone)):
+            at = _ms(moment)
+            if at > now_ms:
+                break
+            if at >= first_ms:
+                ticks.append(at)
+        return list(ticks)
+
+
+@lru_cache(maxsize=1024)
+def _timing(cron: str | None, every_ms: int | None, timezone: str) -> Timing:
+    return Timing(cron, every_ms, timezone)
+
+
+def tick_of(dedup_key: str | None) -> datetime | None:
+    """The scheduled time carried by a tick message's dedup key (None for other keys)."""
+    if not dedup_key or not dedup_key.startswith(TICK_KEY_PREFIX):
+        return None
+    try:
+        ms = int(dedup_key.rsplit(":", 1)[1])
+        return datetime.fromtimestamp(ms / 1000, tz=UTC)
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+# ---------------------------------------------------------------------------------------
+# Declarations in code
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """One ``@periodic`` schedule as the code declares it."""
+
+    name: str
+    queue: str
+    channel: str
+    timing: Timing
+    payload: Any
+    catch_up: int
+    max_attempts: int | None
+    target: str
+
+    def declared(self) -> dict[str, Any]:
+        """What the ``declared`` column holds (and what sync compares)."""
+        return {
+            "queue": self.queue,
+            "channel": self.channel,
+            "cron": self.timing.cron,
+            "every_ms": self.timing.every_ms,
+            "timezone": self.timing.timezone,
+            "payload": self.payload,
+            "catch_up": self.catch_up,
+            "max_attempts": self.max_attempts,
+        }
+
+
+_declarations: dict[str, Declaration] = {}
+_discovered = False
+
+
+def periodic(
+    cron: str | None = None,
+    *,
+    every: timedelta | float | None = None,
+    queue: str | None = None,
+    payload: Any = None,
+    channel: str = "default",
+    name: str | None = None,
+    timezone: str | None = None,
+    catch_up: int = 1,
+    max_attempts: int | None = None,
+) -> Callable[[F], F]:
+    """Enqueue a message into ``queue`` on a schedule: a cron expression or ``every``.
+
+    Decorate a handler (``queue`` is required) or a Django ``@task`` of the LonnyMQ backend
+    (its queue, ``payload`` as its keyword arguments). ``name`` (default: the function's
+    dotted path) identifies the schedule across deploys; ``timezone`` (default UTC) is the
+    cron expression's zone; ``catch_up`` is how many ticks missed while no worker ran are
+    enqueued (the latest ones). Bad values raise
+    :class:`~django_lonnymq.exceptions.InvalidArgument` here, when the module is imported.
+    """
+    if cron is not None and every is not None:
+        raise InvalidArgument("every", "cannot be combined with a cron expression", every)
+    if cron is None and every is None:
+        raise InvalidArgument("cron", "must be given (or every=timedelta(...))", None)
+    zone = "UTC" if timezone is None else check_timezone(timezone)
+    timing = Timing(
+        check_cron(cron) if cron is not None else None,
+        check_every(every) if every is not None else None,
+        zone,
+    )
+    api._name("channel", channel, 200)
+    if queue is not None:
+        api._name("queue", queue, 100)
+    if name is not None:
+        api._name("name", name, 200)
+    catch_up = _int("catch_up", catch_up, 1, MAX_CATCH_UP)
+    if max_attempts is not None:
+        max_attempts = _int("max_attempts", max_attempts, 1, 1000)
+    body = {} if payload is None else payload
+    json.loads(api._payload(body))  # a clear PayloadError now, never at the first tick
+
+    def declare(target: F) -> F:
+        target_queue, message = queue, body
+        if _is_task(target):
+            from .tasks import periodic_message
+
+            target_queue, message = periodic_message(target, body)
+            if queue is not None and queue != target_queue:
+                raise InvalidArgument(
+                    "queue", f"must be the task's queue ({target_queue!r}) or omitted", queue
+                )
+            path = str(target.module_path)
+        else:
+            if not callable(target):
+                raise InvalidArgument("periodic", "must decorate a function or a task", target)
+            path = f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', repr(target))}"
+        if target_queue is None:
+            raise InvalidArgument("queue", "must be given: the queue whose handler runs each tick", None)
+        schedule_name = api._name("name", name if name is not None else path, 200)
+        declaration = Declaration(
+            name=schedule_name,
+            queue=target_queue,
+            channel=channel,
+            timing=timing,
+            payload=json.loads(api._payload(message)),
+            catch_up=catch_up,
+            max_attempts=max_attempts,
+            target=path,
+        )
+        existing = _declarations.get(schedule_name)
+        if existing is not None and existing != declaration:
+            raise InvalidArgument(
+                "name",
+                f"is used by two schedules ({existing.target} and {path}); give each a name=",
+                schedule_name,
+            )
+        _declarations[schedule_name] = declaration
+        return target
+
+    return declare
+
+
+def _is_task(obj: Any) -> bool:
+    return all(hasattr(obj, attr) for attr in ("module_path", "queue_name", "backend", "enqueue"))
+
+
+def declarations() -> list[Declaration]:
+    """Every schedule declared with ``@periodic`` in this process, by name."""
+    return [_declarations[name] for name in sorted(_declarations)]
+
+
+def forget(name: str) -> None:
+    """Forget a declaration (for tests)."""
+    _declarations.pop(name, None)
+
+
+def _after_autodiscover() -> None:
+    """The handler modules are imported: the declarations are complete, sync may delete."""
+    global _discovered
+    from django.conf import settings as django_settings
+
+    # @periodic on a @task lives in an app's tasks module: import those too.
+    for config in getattr(django_settings, "TASKS", {}).values():
+        if str(config.get("BACKEND", "")).startswith(f"{__package__}."):
+            from .tasks import known_tasks
+
+            known_tasks()
+            break
+    _discovered = True
+
+
+def _register_hook() -> None:
+    from .registry import add_discovery_hook
+
+    add_discovery_hook(_after_autodiscover)
+
+
+# ---------------------------------------------------------------------------------------
+# Database side (a psycopg connection: the worker's control connection, or a test's)
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    added: int
+    changed: int
+    removed: int
+
+
+def sync(conn: Any, found: Iterable[Declaration] | None = None) -> SyncResult:
+    """Make the table's code-declared schedules those of ``found`` (default: this process's)."""
+    chosen = list(declarations() if found is None else found)
+    with sql_errors(), conn.transaction():
+        now_ms = int(conn.execute(sql.query("now_ms")).fetchone()[0])
+        params = {
+            "names": [d.name for d in chosen],
+            "declared": [json.dumps(d.declared(), sort_keys=True) for d in chosen],
+            "next_tick_ats": [d.timing.next_after(now_ms) for d in chosen],
+        }
+        added, changed, removed = conn.execute(sql.query("sync_schedules"), params).fetchone()
+    return SyncResult(int(added), int(changed), int(removed))
+
+
+def tick(conn: Any, queues: Sequence[str], *, now_ms: int | None = None, limit: int = CLAIM_BATCH) -> int:
+    """Enqueue the due ticks of ``queues``' schedules, in one transaction. Returns how many
+    schedules were due (claimed); ``now_ms`` replaces the database's clock (tests)."""
+    common = {
+        "default_max_attempts": settings.MAX_ATTEMPTS,
+        "priority_step_ms": settings.ms("PRIORITY_STEP"),
+        "tolerance_ms": settings.ms("WAKE_TOLERANCE"),
+    }
+    with sql_errors(), conn.transaction():
+        rows = conn.execute(
+            sql.query("claim_schedules"), {"queues": list(queues), "now_ms": now_ms, "limit": limit}
+        ).fetchall()
+        for schedule_id, cron, every_ms, zone, catch_up, next_tick_at, now in rows:
+            error = None
+            try:
+                timing = _timing(cron, every_ms, zone)
+                ticks = timing.due(next_tick_at, now, catch_up)
+                following = timing.next_after(now)
+            except InvalidArgument as exc:  # a row written around the checks: park it, say why
+                ticks, following, error = [], None, str(exc)
+                logger.error("schedule %s cannot tick: %s", schedule_id, exc)
+            conn.execute(
+                sql.query("fire_schedule"),
+                {
+                    "id": schedule_id,
+                    "claimed_at": next_tick_at,
+                    "ticks": ticks,
+                    "next_tick_at": following,
+                    "error": error,
+                    **common,
+                },
+            )
+    return len(rows)
+
+
+def first_tick(cron: str | None, every_ms: int | None, timezone: str, now_ms: int | None = None) -> int:
+    """The first tick after now (or ``now_ms``) of a timing, for a schedule saved now."""
+    return Timing(cron, every_ms, timezone).next_after(api.now_ms() if now_ms is None else now_ms)
+
+
+class Ticker:
+    """A worker's periodic duty: sync the declarations once, then tick on its own clock.
+
+    :meth:`run` never raises: a failure is logged and retried after a back-off, so no
+    schedule (or database error) can stop the worker.
+    """
+
+    def __init__(self, queues: Sequence[str], *, interval: float):
+        self.queues = list(queues)
+        self.interval = interval
+        self.synced = False
+        self._next_at = 0.0
+        self._backoff = 0.0
+        self._warned = False
+
+    def run(self, conn: Any) -> None:
+        now = time.monotonic()
+        if conn is None or now < self._next_at:
+            return
+        try:
+            if not self.synced:
+                self._sync(conn)
+            claimed = tick(conn, self.queues)
+        except Exception as exc:  # noqa: BLE001 - a tick must never stop the worker
+            base = min(self._backoff * 2, _BACKOFF_MAX) if self._backoff else _BACKOFF_FIRST
+            self._backoff = base * random.uniform(0.75, 1.0)
+            self._next_at = time.monotonic() + self._backoff
+            root = exc.__cause__ or exc
+            logger.error(
+                "periodic schedules of %s: %s (%s); trying again in %.1fs",
+                ", ".join(self.queues),
+                type(root).__name__,
+                (str(root).strip().splitlines() or [""])[0],
+                self._backoff,
+            )
+            return
+        self._backoff = 0.0
+        self._next_at = now if claimed >= CLAIM_BATCH else now + self.interval
+
+    def _sync(self, conn: Any) -> None:
+        if not _discovered:
+            # Without the handler modules imported, "not declared" means nothing: never delete.
+            if not self._warned:
+                logger.warning("handler modules were not autodiscovered: schedules are not synced")
+                self._warned = True
+            self.synced = True
+            return
+        result = sync(conn)
+        self.synced = True
+        logger.info(
+            "periodic schedules synced: %d declared (%d added, %d changed, %d removed)",
+            len(_declarations),
+            result.added,
+            result.changed,
+            result.removed,
+        )
+
+
+_register_hook()

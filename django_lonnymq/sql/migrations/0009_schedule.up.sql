@@ -1,0 +1,152 @@
+-- Frozen history: what this migration ran when it was released (a test pins this file).
+-- The live definition of every table and function is in ../schema.sql.
+--
+-- django-lonnymq 0009: periodic schedules (django_lonnymq.schedules).
+-- Periodic schedules (django_lonnymq.schedules): declared in code with @periodic (synced when
+-- a worker starts; `declared` holds what the code said) or added in the admin (`declared`
+-- NULL). A worker serving the queue claims a due row FOR UPDATE SKIP LOCKED, enqueues its
+-- tick with a dedup key made of the schedule and the tick, and writes the next tick in the
+-- same transaction: each tick is enqueued once. next_tick_at NULL: no tick until the
+-- schedule is saved again (its timing could not be computed: see last_error).
+CREATE TABLE lonnymq_schedule (
+    id               bigserial   PRIMARY KEY,
+    name             text        NOT NULL,
+    queue            text        NOT NULL,
+    channel          text        NOT NULL DEFAULT 'default',
+    cron             text        NULL,
+    every_ms         bigint      NULL,
+    timezone         text        NOT NULL DEFAULT 'UTC',
+    payload          jsonb       NOT NULL DEFAULT '{}',
+    catch_up         integer     NOT NULL DEFAULT 1,
+    max_attempts     integer     NULL,
+    enabled          boolean     NOT NULL DEFAULT true,
+    next_tick_at     bigint      NULL,
+    last_tick_at     bigint      NULL,
+    last_message_id  bigint      NULL,
+    declared         jsonb       NULL,
+    last_error       text        NULL,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT lonnymq_schedule_name_uniq UNIQUE (name),
+    CONSTRAINT lonnymq_schedule_name_length CHECK (char_length(name) BETWEEN 1 AND 200 AND name ~ '\S'),
+    CONSTRAINT lonnymq_schedule_queue_length CHECK (char_length(queue) BETWEEN 1 AND 100 AND queue ~ '\S'),
+    CONSTRAINT lonnymq_schedule_channel_length
+        CHECK (char_length(channel) BETWEEN 1 AND 200 AND channel ~ '\S'),
+    -- A cron expression or a fixed interval (at least 1 s, at most 366 days), never both.
+    CONSTRAINT lonnymq_schedule_one_timing CHECK ((cron IS NULL) <> (every_ms IS NULL)),
+    CONSTRAINT lonnymq_schedule_cron_length CHECK (cron IS NULL OR char_length(cron) BETWEEN 1 AND 200),
+    CONSTRAINT lonnymq_schedule_every_range CHECK (every_ms IS NULL OR every_ms BETWEEN 1000 AND 31622400000),
+    CONSTRAINT lonnymq_schedule_timezone_length CHECK (char_length(timezone) BETWEEN 1 AND 100),
+    CONSTRAINT lonnymq_schedule_catch_up_range CHECK (catch_up BETWEEN 1 AND 1000),
+    CONSTRAINT lonnymq_schedule_max_attempts_range
+        CHECK (max_attempts IS NULL OR max_attempts BETWEEN 1 AND 1000),
+    CONSTRAINT lonnymq_schedule_next_tick_range
+        CHECK (next_tick_at IS NULL OR next_tick_at BETWEEN 0 AND 253402300799999),
+    CONSTRAINT lonnymq_schedule_payload_size CHECK (pg_column_size(payload) <= 8388608)
+) WITH (
+    -- Every tick rewrites the row (next_tick_at is indexed, so never HOT).
+    fillfactor = 70
+);
+-- Workers find due schedules of their queues with one probe of this index.
+CREATE INDEX lonnymq_schedule_due_idx ON lonnymq_schedule (queue, next_tick_at) WHERE enabled;
+
+-- Enqueue the due ticks of one schedule and write its next tick, in the caller's transaction,
+-- which claimed the row (named query claim_schedules: FOR UPDATE SKIP LOCKED). Each tick's
+-- message runs at the tick and carries the dedup key 'lonnymq.periodic:<id>:<tick ms>', so
+-- even a tick computed twice is enqueued once. Nothing happens (NULL) when the row is gone or
+-- its next tick is no longer p_claimed_at (it was fired or edited meanwhile). p_error parks a
+-- schedule whose timing cannot be computed: no tick, next_tick_at NULL, the error kept.
+-- Returns the ids of the tick messages (existing ids where a tick was enqueued already).
+CREATE FUNCTION lonnymq_fire_schedule_v1(
+    p_id                    bigint,
+    p_claimed_at            bigint,
+    p_ticks                 bigint[],
+    p_next_tick_at          bigint,
+    p_error                 text,
+    p_default_max_attempts  integer,
+    p_priority_step_ms      bigint,
+    p_tolerance_ms          bigint
+) RETURNS bigint[]
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_schedule lonnymq_schedule%ROWTYPE;
+    v_tick     bigint;
+    v_ids      bigint[] := '{}';
+BEGIN
+    PERFORM lonnymq_check_list_v1('ticks', pg_catalog.array_ndims(p_ticks));
+    PERFORM lonnymq_check_range_v1('next_tick_at', p_next_tick_at, 0::bigint, 253402300799999::bigint, true);
+    SELECT * INTO v_schedule FROM lonnymq_schedule s WHERE s.id = p_id FOR UPDATE;
+    IF NOT FOUND OR v_schedule.next_tick_at IS DISTINCT FROM p_claimed_at THEN
+        RETURN NULL;
+    END IF;
+    FOREACH v_tick IN ARRAY coalesce(p_ticks, '{}'::bigint[]) LOOP
+        v_ids := v_ids || lonnymq_enqueue_v1(
+            v_schedule.queue, v_schedule.channel, v_schedule.payload, v_tick, NULL::bigint, 0,
+            'lonnymq.periodic:' || v_schedule.id::text || ':' || v_tick::text,
+            coalesce(v_schedule.max_attempts, p_default_max_attempts), p_priority_step_ms, p_tolerance_ms);
+    END LOOP;
+    UPDATE lonnymq_schedule s
+       SET next_tick_at = p_next_tick_at,
+           last_tick_at = coalesce((SELECT pg_catalog.max(t) FROM pg_catalog.unnest(p_ticks) AS t), s.last_tick_at),
+           last_message_id = coalesce(v_ids[pg_catalog.array_length(v_ids, 1)], s.last_message_id),
+           last_error = p_error
+     WHERE s.id = p_id;
+    RETURN v_ids;
+END
+$$;
+
+-- Make the schedules declared in code what the table holds, when a worker starts: a new name
+-- is added, a changed declaration replaces the row's definition (its next tick too; a pause
+-- stays), an unchanged one keeps the row as it is (edits made in the admin, the next tick, so
+-- ticks missed while no worker ran are caught up), and a declared row whose name is no
+-- longer declared is deleted. Rows added in the admin (declared NULL) are left alone unless
+-- a declaration takes their name. p_next_tick_ats: each declaration's first tick from now.
+-- Concurrent syncs run one at a time (an advisory lock).
+CREATE FUNCTION lonnymq_sync_schedules_v1(p_names text[], p_declared jsonb[], p_next_tick_ats bigint[])
+RETURNS TABLE (added integer, changed integer, removed integer)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_added   integer;
+    v_changed integer;
+    v_removed integer;
+BEGIN
+    PERFORM lonnymq_check_list_v1('names', pg_catalog.array_ndims(p_names));
+    PERFORM lonnymq_check_list_v1('declared', pg_catalog.array_ndims(p_declared));
+    PERFORM lonnymq_check_list_v1('next_tick_ats', pg_catalog.array_ndims(p_next_tick_ats));
+    IF coalesce(pg_catalog.array_length(p_names, 1), 0) <> coalesce(pg_catalog.array_length(p_declared, 1), 0)
+       OR coalesce(pg_catalog.array_length(p_names, 1), 0) <> coalesce(pg_catalog.array_length(p_next_tick_ats, 1), 0) THEN
+        PERFORM lonnymq_raise_invalid_v1('declared', 'must have one entry per name',
+                                         pg_catalog.format('%s names', coalesce(pg_catalog.array_length(p_names, 1), 0)));
+    END IF;
+    PERFORM pg_catalog.pg_advisory_xact_lock(lonnymq_lock_ns_v1(), -160);
+
+    DELETE FROM lonnymq_schedule s
+     WHERE s.declared IS NOT NULL AND NOT (s.name = ANY (coalesce(p_names, '{}'::text[])));
+    GET DIAGNOSTICS v_removed = ROW_COUNT;
+
+    WITH written AS (
+        INSERT INTO lonnymq_schedule AS s (name, queue, channel, cron, every_ms, timezone, payload, catch_up,
+                                           max_attempts, next_tick_at, declared)
+        SELECT d.name, d.declared->>'queue', d.declared->>'channel', d.declared->>'cron',
+               (d.declared->>'every_ms')::bigint, d.declared->>'timezone', d.declared->'payload',
+               (d.declared->>'catch_up')::integer, (d.declared->>'max_attempts')::integer,
+               d.next_tick_at, d.declared
+          FROM ROWS FROM (pg_catalog.unnest(p_names), pg_catalog.unnest(p_declared),
+                         pg_catalog.unnest(p_next_tick_ats)) AS d(name, declared, next_tick_at)
+            ON CONFLICT (name) DO UPDATE
+           SET queue = excluded.queue, channel = excluded.channel, cron = excluded.cron,
+               every_ms = excluded.every_ms, timezone = excluded.timezone, payload = excluded.payload,
+               catch_up = excluded.catch_up, max_attempts = excluded.max_attempts,
+               next_tick_at = excluded.next_tick_at, declared = excluded.declared, last_error = NULL
+         WHERE s.declared IS DISTINCT FROM excluded.declared
+        RETURNING (s.xmax OPERATOR(pg_catalog.=) '0'::xid) AS inserted
+    )
+    SELECT pg_catalog.count(*) FILTER (WHERE w.inserted), pg_catalog.count(*) FILTER (WHERE NOT w.inserted)
+      INTO v_added, v_changed
+      FROM written w;
+    RETURN QUERY SELECT v_added, v_changed, v_removed;
+END
+$$;
