@@ -2,6 +2,9 @@
 -- The live definition of every table and function is in ../schema.sql.
 --
 -- django-lonnymq 0009: periodic schedules (django_lonnymq.schedules).
+SELECT pg_catalog.set_config('search_path',
+                             pg_catalog.quote_ident(pg_catalog.current_schema()) || ', pg_temp', true);
+
 -- Periodic schedules (django_lonnymq.schedules): declared in code with @periodic (synced when
 -- a worker starts; `declared` holds what the code said) or added in the admin (`declared`
 -- NULL). A worker serving the queue claims a due row FOR UPDATE SKIP LOCKED, enqueues its
