@@ -530,7 +530,7 @@ class Unrouted(models.Model):
 
 
 # ---------------------------------------------------------------------------------------
-# Periodic schedules (0007): see django_lonnymq.schedules and docs/periodic.md
+# Periodic schedules (0011): see django_lonnymq.schedules and docs/periodic.md
 # ---------------------------------------------------------------------------------------
 
 

@@ -46,6 +46,8 @@ RELEASED = {
     "0009_topics.up.sql": "53a931bf376292cd137ab3614edc3bae7f54067021bd3e70fc21b4b3e5ca2569",
     "0010_weights_and_token_buckets.down.sql": "3533a44878cb89c61e774a3b87506d3e78df5769826c8f18b08bd82f271fcc03",
     "0010_weights_and_token_buckets.up.sql": "0a7da712065383e9cdf7e51a02de7c6c21f79f01ddeb7474f56d16766bb0add9",
+    "0011_schedule.down.sql": "9d16de22a0578f583a7211b6b3f6ee9c85adcf9f14ed8ecc16156266a5e4a7b0",
+    "0011_schedule.up.sql": "8a172ee06dff1dc72a2aad838fb26afb2fd2d4cccac3f0cbb1aed7f98e5a4af7",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

@@ -1,5 +1,5 @@
 """Periodic schedules: the ``lonnymq_schedule`` table and the functions that fire and sync
-them, from sql/migrations/0009_schedule.{up,down}.sql (see docs/periodic.md).
+them, from sql/migrations/0011_schedule.{up,down}.sql (see docs/periodic.md).
 """
 
 import django.utils.timezone
@@ -10,15 +10,15 @@ from django_lonnymq import sql
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_lonnymq", "0008_workers"),
+        ("django_lonnymq", "0010_weights_and_token_buckets"),
     ]
 
     operations = [
         migrations.SeparateDatabaseAndState(
             database_operations=[
                 migrations.RunSQL(
-                    sql=sql.migration("0009_schedule"),
-                    reverse_sql=sql.migration("0009_schedule", "down"),
+                    sql=sql.migration("0011_schedule"),
+                    reverse_sql=sql.migration("0011_schedule", "down"),
                 ),
             ],
             state_operations=[

@@ -1,7 +1,7 @@
 -- Frozen history: what this migration ran when it was released (a test pins this file).
 -- The live definition of every table and function is in ../schema.sql.
 --
--- django-lonnymq 0009: periodic schedules (django_lonnymq.schedules).
+-- django-lonnymq 0011: periodic schedules (django_lonnymq.schedules).
 SELECT pg_catalog.set_config('search_path',
                              pg_catalog.quote_ident(pg_catalog.current_schema()) || ', pg_temp', true);
 
