@@ -152,3 +152,33 @@ def check_schema_installed(
     except DatabaseError:
         return []  # unreachable: the commands that need it say so when they connect
     return []
+
+
+@register(Tags.compatibility)
+def check_sampling(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """E210: LONNYMQ_SAMPLE_INTERVAL is None or 1 s to 1 day; LONNYMQ_SAMPLE_KEEP 1 min to 366 days."""
+    from .sampling import KEEP_LONGEST, KEEP_SHORTEST, LONGEST, SHORTEST
+
+    errors: list[Error] = []
+    for name, shortest, longest, optional in (
+        ("SAMPLE_INTERVAL", SHORTEST, LONGEST, True),
+        ("SAMPLE_KEEP", KEEP_SHORTEST, KEEP_LONGEST, False),
+    ):
+        value = getattr(settings, name)
+        if value is None and optional:
+            continue
+        try:
+            ms = to_ms(value) if not isinstance(value, bool) else -1
+        except (TypeError, ValueError, OverflowError):
+            ms = -1
+        if not to_ms(shortest) <= ms <= to_ms(longest):
+            errors.append(
+                Error(
+                    f"LONNYMQ_{name} must be {'None or ' if optional else ''}a duration from {shortest} "
+                    f"to {longest}, got {value!r}.",
+                    hint=f"Use a timedelta or seconds; the default is {DEFAULTS[name]!r}. Workers use "
+                    "the nearest allowed value meanwhile.",
+                    id="lonnymq.E210",
+                )
+            )
+    return errors

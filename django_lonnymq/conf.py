@@ -51,6 +51,11 @@ DEFAULTS: dict[str, Any] = {
     "WORKER_HEARTBEAT": timedelta(seconds=5),
     "WORKER_LOST_AFTER": timedelta(seconds=30),
     "WORKER_PRUNE_AFTER": timedelta(days=1),
+    # Workers record the dashboard's samples (one per queue) this often, one worker at a time;
+    # None: they record none (then run `lonnymq_stats --record` yourself). 1 s to 1 day.
+    "SAMPLE_INTERVAL": timedelta(minutes=1),
+    # Samples older than this are dropped when a sample is recorded. 1 min to 366 days.
+    "SAMPLE_KEEP": timedelta(hours=24),
     # The worker's console log lines (when the project's LOGGING gives django_lonnymq no
     # handler): a logging format string, and the dotted path of the logging.Formatter class
     # that formats them (given the format as its first argument). docs/admin.md, "Logs".

@@ -1,5 +1,5 @@
 """What a worker tells the outside about its messages: log lines, per-worker metrics, and
-the dashboard's samples. The worker calls one hook per event; the logic lives here.
+the dashboard's samples (sampling.py). The worker calls one hook per event; the logic lives here.
 
 Outcomes (the ``outcome`` label of ``lonnymq_worker_messages_total``): ``acked``,
 ``retried``, ``dead``, ``timed_out``, ``cancelled``, ``lease_lost``.
@@ -29,8 +29,15 @@ class Observer:
     """The hooks of one worker. ``metrics`` is None unless the worker serves metrics."""
 
     def __init__(self, worker: Worker, metrics: WorkerMetrics | None = None):
+        from .sampling import Sampler
+
         self.worker = worker
         self.metrics = metrics
+        self.sampler = Sampler(worker)
+
+    def tick(self) -> None:
+        """The worker's maintenance step (control thread, its connection): samples when due."""
+        self.sampler.tick()
 
     def _count(self, message: Message, outcome: str) -> None:
         if self.metrics is not None:

@@ -747,6 +747,7 @@ class Worker:
     def _maintain(self) -> None:
         """Heartbeat running leases, the worker's row, and reap expired leases, each on its own clock."""
         self.presence.tick()
+        self.observer.tick()
         now = time.monotonic()
         if self._next_extend and now >= self._next_extend:
             with self._lock:

@@ -189,6 +189,7 @@ def test_nothing_planted_runs_through_the_queue(attacker, connect):
         for name, params in [
             ("queue_stats", {"queues": ["attack"]}),
             ("record_samples", {"keep_ms": 60_000}),
+            ("record_samples_due", {"interval_ms": 1_000, "keep_ms": 60_000}),
             ("channel_counts", {"ids": [channel_b], "cap": 100}),
             ("next_due", {"queues": ["attack"]}),
             ("delete_channel", {"id": channel_b}),

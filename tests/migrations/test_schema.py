@@ -48,6 +48,8 @@ RELEASED = {
     "0010_weights_and_token_buckets.up.sql": "0a7da712065383e9cdf7e51a02de7c6c21f79f01ddeb7474f56d16766bb0add9",
     "0011_schedule.down.sql": "9d16de22a0578f583a7211b6b3f6ee9c85adcf9f14ed8ecc16156266a5e4a7b0",
     "0011_schedule.up.sql": "8a172ee06dff1dc72a2aad838fb26afb2fd2d4cccac3f0cbb1aed7f98e5a4af7",
+    "0012_worker_sampling.down.sql": "3eb7e93c53b505c0a3c0a7b90d6cea40b16a6cc2bd7d9bcbd22a0044f6a410a3",
+    "0012_worker_sampling.up.sql": "0d21e254628c04643a432c46b70c0c80acfca9c43a52c94c094f716bcb1fcced",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

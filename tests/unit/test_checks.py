@@ -90,6 +90,7 @@ def test_the_checks_are_registered():
         "check_handler_modules",
         "check_worker_heartbeat",
         "check_schema_installed",
+        "check_sampling",
     }
 
 
@@ -269,3 +270,33 @@ def test_w210_a_migration_not_applied():
     assert "0007_paused_state" in errors[0].msg and "'default'" in errors[0].msg
     assert "python manage.py migrate" in errors[0].msg and "python manage.py migrate" in errors[0].hint
     assert lonnymq_errors(schema=True) == []
+
+
+# ---------------------------------------------------------------------------------------
+# E210: the workers' sampling interval and how long samples are kept
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("LONNYMQ_SAMPLE_INTERVAL", 0.5),
+        ("LONNYMQ_SAMPLE_INTERVAL", timedelta(days=2)),
+        ("LONNYMQ_SAMPLE_INTERVAL", "soon"),
+        ("LONNYMQ_SAMPLE_KEEP", 30),
+        ("LONNYMQ_SAMPLE_KEEP", None),
+        ("LONNYMQ_SAMPLE_KEEP", True),
+    ],
+)
+def test_e210_sampling_out_of_bounds(name, value):
+    with override_settings(**{name: value}):
+        errors = lonnymq_errors()
+    assert ids(errors) == ["lonnymq.E210"]
+    assert name in errors[0].msg and repr(value) in errors[0].msg
+
+
+def test_e210_accepts_none_and_bounds():
+    with override_settings(LONNYMQ_SAMPLE_INTERVAL=None, LONNYMQ_SAMPLE_KEEP=timedelta(days=366)):
+        assert lonnymq_errors() == []
+    with override_settings(LONNYMQ_SAMPLE_INTERVAL=1, LONNYMQ_SAMPLE_KEEP=60):
+        assert lonnymq_errors() == []
