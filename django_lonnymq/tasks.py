@@ -146,7 +146,9 @@ class LonnyMQBackend(BaseTaskBackend):
         return chosen or self.default_channel
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
-        from django.db import transaction
+        """One SQL call writes the message and its result row (one round trip outside a
+        transaction); inside ``transaction.atomic()`` both commit or roll back with it."""
+        from . import eager
 
         self.validate_task(task)
         result_id = _new_id()
@@ -165,7 +167,7 @@ class LonnyMQBackend(BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
-        channel_name = self._channel_for(result.kwargs)
+        channel_name = api._name("channel", self._channel_for(result.kwargs), 200)
         payload = {
             "task": task.module_path,
             "result_id": result_id,
@@ -174,32 +176,25 @@ class LonnyMQBackend(BaseTaskBackend):
             "kwargs": result.kwargs,
         }
         run_after = task.run_after
-        with transaction.atomic(using=self.database):
-            message_id = api.enqueue(
-                task.queue_name,
-                payload,
-                channel=channel_name,
-                run_at=run_after if run_after is not None and run_after > now else None,
-                priority=max(int(task.priority), 0),
-                max_attempts=self.max_attempts,
-                using=self.database,
-            )
-            from .models import TaskResultRecord
-
-            TaskResultRecord.objects.using(self.database).create(
-                id=result_id,
-                backend=self.alias,
-                task_path=task.module_path,
-                queue=task.queue_name,
-                channel=channel_name,
-                message_id=message_id,
-                status="READY",
-                args=result.args,
-                kwargs=result.kwargs,
-                priority=task.priority,
-                run_after=run_after,
-                enqueued_at=now,
-            )
+        priority = api._int("priority", int(task.priority), 0, 100)
+        run_at_ms, _ = api._when(
+            run_after if run_after is not None and run_after > now else None, None, priority
+        )
+        max_attempts = lonnymq_settings.MAX_ATTEMPTS if self.max_attempts is None else self.max_attempts
+        params = {
+            "queue": task.queue_name,
+            "channel": channel_name,
+            "payload": api._payload(payload),
+            "run_at_ms": run_at_ms,
+            "priority": priority,
+            "max_attempts": api._int("max_attempts", max_attempts, 1, 1000),
+            "run_after": run_after,
+            "enqueued_at": now,
+            **api._common(),
+        }
+        message_id = int(api._call(self.database, "enqueue_task", params))
+        if eager.enabled():
+            eager.after_enqueue(task.queue_name, [message_id], self.database)
         _task_signals.task_enqueued.send(type(self), task_result=result)
         return result
 

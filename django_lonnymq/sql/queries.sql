@@ -15,6 +15,13 @@ SELECT lonnymq_enqueue_many_v1(%(queue)s::text, %(channels)s::text[], %(payloads
                                %(default_max_attempts)s::integer, %(priority_step_ms)s::bigint,
                                %(tolerance_ms)s::bigint)
 
+-- name: enqueue_task
+-- A Django Task: its message and its result row (django_lonnymq.tasks).
+SELECT lonnymq_enqueue_task_v1(%(queue)s::text, %(channel)s::text, %(payload)s::jsonb, %(run_at_ms)s::bigint,
+                               %(priority)s::integer, %(max_attempts)s::integer, %(run_after)s::timestamptz,
+                               %(enqueued_at)s::timestamptz, %(priority_step_ms)s::bigint,
+                               %(tolerance_ms)s::bigint)
+
 -- name: dequeue
 SELECT id, channel, payload, attempts, max_attempts, priority, dedup_key, enqueued_at,
        lease_token, lease_until

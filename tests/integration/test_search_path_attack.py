@@ -29,7 +29,9 @@ from psycopg import sql as pgsql
 
 from django_lonnymq import api, enqueue, enqueue_many, sql
 from django_lonnymq.api import Item
+from django_lonnymq.models import TaskResultRecord
 from tests.integration import helpers
+from tests.testapp import tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -163,6 +165,9 @@ def test_nothing_planted_runs_through_the_queue(attacker, connect):
         ],
     )
     assert len(ids) == 4
+    # A Django Task: its message and result row in one call.
+    task_result = tasks.add.enqueue(1, 2)
+    assert TaskResultRecord.objects.get(id=task_result.id).status == "READY"
     api.configure_channel("attack", "a", max_concurrency=2)
     api.configure_channel("attack", "b", release_interval=0.0, paused=False)
     # Dequeue, ack, fail (retry and dead), extend, release.

@@ -50,6 +50,8 @@ RELEASED = {
     "0011_schedule.up.sql": "8a172ee06dff1dc72a2aad838fb26afb2fd2d4cccac3f0cbb1aed7f98e5a4af7",
     "0012_worker_sampling.down.sql": "3eb7e93c53b505c0a3c0a7b90d6cea40b16a6cc2bd7d9bcbd22a0044f6a410a3",
     "0012_worker_sampling.up.sql": "0d21e254628c04643a432c46b70c0c80acfca9c43a52c94c094f716bcb1fcced",
+    "0013_enqueue_task.down.sql": "2999e18b5ba7be068081d463c7167c5667d7027d57b93d922ccc0d9e37328cd2",
+    "0013_enqueue_task.up.sql": "a43d9492ce8e5eb9e220057110473bb2b4d2bda4cc1505ab95830efb9321e121",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
