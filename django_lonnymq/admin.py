@@ -656,6 +656,7 @@ class MessageAdmin(ReadOnlyQueueAdmin):
         "lease_expires",
         "lease_token",
         "slot_taken",
+        "cancel_requested",
         "dedup_key",
         "enqueued_at",
         "last_error_full",
@@ -699,12 +700,18 @@ class MessageAdmin(ReadOnlyQueueAdmin):
             f"{moved:,} messages made ready now (in flight and already due ones are left as they are).",
         )
 
-    @admin.action(description="Cancel (delete messages that are not in flight)", permissions=["cancel"])
+    @admin.action(description="Cancel (delete waiting messages, stop running ones)", permissions=["cancel"])
     def cancel(self, request: HttpRequest, queryset: QuerySet[Message]) -> None:
         using = router.db_for_write(Message)
-        cancelled = _run_in_batches(queryset, lambda ids: api.cancel(ids, using=using))
+        # missing_ok: a message that finished since the page was shown is no error here.
+        rows = [
+            row for ids in _batches(queryset) for row in api.cancel_rows(ids, missing_ok=True, using=using)
+        ]
+        running = sum(1 for _, was_running in rows if was_running)
         self.message_user(
-            request, f"{cancelled:,} messages cancelled (in-flight ones are left to their worker)."
+            request,
+            f"{len(rows) - running:,} waiting messages cancelled; {running:,} running ones will be stopped "
+            "by their worker at its next heartbeat and moved to the dead letters (reason: cancelled).",
         )
 
 

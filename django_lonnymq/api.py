@@ -426,9 +426,29 @@ def requeue_dead(ids: Iterable[int], *, reset_attempts: bool = True, using: str 
     return list(_call(using, "requeue_dead", params))
 
 
-def cancel(ids: Iterable[int], *, using: str | None = None) -> list[int]:
-    """Delete messages that are not in flight. Returns the ids cancelled."""
-    return list(_call(using, "cancel", {"ids": _ids(ids)}))
+def cancel(ids: Iterable[int], *, missing_ok: bool = False, using: str | None = None) -> list[int]:
+    """Cancel messages. Returns the ids cancelled.
+
+    A waiting (ready or scheduled) message is deleted at once. A running one is marked:
+    its worker learns it at its next heartbeat, sets ``message.cancel_requested`` (a
+    cooperative handler stops there), interrupts the handler after ``LONNYMQ_CANCEL_GRACE``
+    and moves the message to the dead letters with reason ``cancelled`` (``requeue_dead``
+    brings it back). An id that names no message raises
+    :class:`~django_lonnymq.exceptions.UnknownMessage` and cancels nothing, unless
+    ``missing_ok`` (then such ids are left out of the result).
+    """
+    return [row[0] for row in cancel_rows(ids, missing_ok=missing_ok, using=using)]
+
+
+def cancel_rows(
+    ids: Iterable[int], *, missing_ok: bool = False, using: str | None = None
+) -> list[tuple[int, bool]]:
+    """:func:`cancel`, with whether each message was running: ``[(id, running), ...]``."""
+    params = {"ids": _ids(ids), "missing_ok": bool(missing_ok)}
+    wrapper = _connected(using)
+    with sql_errors(), wrapper.cursor() as cursor:
+        cursor.execute(sql.query("cancel"), params)
+        return [(int(row[0]), bool(row[1])) for row in cursor.fetchall()]
 
 
 def run_now(ids: Iterable[int], *, using: str | None = None) -> list[int]:

@@ -13,7 +13,13 @@ from .limits import MAX_INTERVAL, MAX_LEASE
 
 # The longest each duration setting may be: beyond it a value would be refused by the SQL
 # functions at every call, stopping what the worker does with it.
-_LONGEST = {"LEASE": MAX_LEASE, "PRIORITY_STEP": MAX_LEASE, "WAKE_TOLERANCE": MAX_LEASE}
+_LONGEST = {
+    "LEASE": MAX_LEASE,
+    "PRIORITY_STEP": MAX_LEASE,
+    "WAKE_TOLERANCE": MAX_LEASE,
+    "INTERRUPT_GRACE": MAX_LEASE,
+    "CANCEL_GRACE": MAX_LEASE,
+}
 
 
 @register(Tags.database, Tags.compatibility, deploy=False)
@@ -182,3 +188,24 @@ def check_sampling(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                 )
             )
     return errors
+
+
+@register(Tags.compatibility)
+def check_handler_timeout(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """E170: LONNYMQ_HANDLER_TIMEOUT is None or a positive duration of at most 366 days."""
+    value = settings.HANDLER_TIMEOUT
+    if value is None:
+        return []
+    try:
+        from .registry import handler_timeout_ms
+
+        handler_timeout_ms("LONNYMQ_HANDLER_TIMEOUT", value)
+    except ValueError as exc:
+        return [
+            Error(
+                f"LONNYMQ_HANDLER_TIMEOUT must be None or a positive duration of at most 366 days: {exc}.",
+                hint="Use a timedelta or seconds, e.g. timedelta(minutes=5); None means no timeout.",
+                id="lonnymq.E170",
+            )
+        ]
+    return []

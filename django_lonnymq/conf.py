@@ -38,6 +38,14 @@ DEFAULTS: dict[str, Any] = {
     "WORKER_STATEMENT_TIMEOUT": timedelta(seconds=30),
     # On SIGTERM, how long running handlers may take before the worker exits anyway.
     "SHUTDOWN_TIMEOUT": timedelta(seconds=30),
+    # Default handler timeout (``@handler(timeout=...)`` overrides it); None: no timeout.
+    "HANDLER_TIMEOUT": None,
+    # How long an interrupted handler (timed out, cancelled) may take to stop before its worker
+    # abandons it: stops extending its lease, stops fetching and exits with status 1.
+    "INTERRUPT_GRACE": timedelta(seconds=10),
+    # How long a cancelled running handler sees ``message.cancel_requested`` before it is
+    # interrupted.
+    "CANCEL_GRACE": timedelta(seconds=1),
     # Tests: run each message's handler in-process when its enqueue commits (django_lonnymq.eager).
     "EAGER": False,
     # How long a dedup key keeps refusing duplicates after its message was enqueued.
@@ -73,6 +81,8 @@ DURATIONS = {
     "POLL_INTERVAL",
     "REAP_INTERVAL",
     "SHUTDOWN_TIMEOUT",
+    "INTERRUPT_GRACE",
+    "CANCEL_GRACE",
     "DEDUP_WINDOW",
     "WAKE_TOLERANCE",
     "WORKER_HEARTBEAT",

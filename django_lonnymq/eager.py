@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from django.db import connections, transaction
 
 from . import sql
@@ -87,6 +88,8 @@ def run(queue: str, ids: list[int], alias: str) -> None:
 
 
 def _deliver(conn: Any, handle: Any, queue: str, row: tuple[Any, ...]) -> str:
+    from .registry import is_async
+
     msg_id, channel, payload, attempts, max_attempts, priority, dedup_key, enqueued_at, token, lease_until = (
         row
     )
@@ -101,7 +104,10 @@ def _deliver(conn: Any, handle: Any, queue: str, row: tuple[Any, ...]) -> str:
     try:
         # A savepoint: a failing handler's writes go, as its failed transaction would.
         with transaction.atomic(using=conn.alias):
-            handle(message)
+            if is_async(handle):
+                async_to_sync(handle)(message)
+            else:
+                handle(message)
     except Retry as request:
         error, retry_ms = request.reason or "retry requested", 0
     except Discard as request:
@@ -120,7 +126,7 @@ def _deliver(conn: Any, handle: Any, queue: str, row: tuple[Any, ...]) -> str:
                 "token": str(token),
                 "error": error,
                 "retry_delay_ms": retry_ms,
-                "discard": discard,
+                "reason": "discarded" if discard else "failed",
                 "backoff_base_ms": 0,
                 "backoff_max_ms": 0,
                 "tolerance_ms": settings.ms("WAKE_TOLERANCE"),

@@ -51,6 +51,40 @@ class MessageNotFound(LonnyMQError):
     """The message no longer exists: acked, cancelled or dead."""
 
 
+class UnknownMessage(MessageNotFound, InvalidArgument):
+    """``cancel()`` named ids of no message (never enqueued, or already acked, cancelled or
+    dead); nothing was cancelled. ``ids`` holds them."""
+
+    def __init__(self, ids: list[int | None], message: str | None = None):
+        self.ids = ids
+        InvalidArgument.__init__(
+            self,
+            "ids",
+            "must name messages that are waiting or running",
+            ids,
+            message=message or f"cannot cancel message(s) {ids}: not found; nothing was cancelled",
+        )
+
+
+class Interrupted(BaseException):  # noqa: N818 - like KeyboardInterrupt, not an Exception
+    """Raised into a handler's thread to stop it. A BaseException, so that a handler's
+    ``except Exception`` does not swallow it; ``finally`` blocks and context managers run."""
+
+
+class HandlerTimeout(Interrupted):
+    """The handler ran past its timeout (``@handler(timeout=...)``, ``LONNYMQ_HANDLER_TIMEOUT``)."""
+
+    def __init__(self, *args: object):
+        super().__init__(*(args or ("the handler ran past its timeout",)))
+
+
+class HandlerCancelled(Interrupted):
+    """Someone cancelled the running message (``api.cancel()``, the admin)."""
+
+    def __init__(self, *args: object):
+        super().__init__(*(args or ("the message was cancelled while its handler ran",)))
+
+
 class UnsupportedIsolation(LonnyMQError):
     """The operation needs READ COMMITTED."""
 
@@ -184,6 +218,10 @@ def translate(exc: BaseException) -> LonnyMQError | None:
         return kind(text)
     if sqlstate in _UNDEFINED and _OURS.search(text):
         return SchemaMissing(text)
+    if sqlstate == "LQ170":
+        detail = (getattr(diag, "message_detail", None) or "").strip()
+        ids = [None if part == "null" else int(part) for part in detail.split(",") if part]
+        return UnknownMessage(ids, message=text)
     if sqlstate == "23514":
         constraint = getattr(diag, "constraint_name", None) or ""
         if constraint in _CONSTRAINT_RULES:

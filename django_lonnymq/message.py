@@ -19,7 +19,8 @@ class Message:
 
     ``attempt`` counts deliveries, this one included (1 on the first). ``extend_lease()``
     keeps the message for longer than the worker's lease; the worker also extends leases on
-    its own while handlers run.
+    its own while handlers run. ``cancel_requested`` turns true when the message is
+    cancelled while it runs; the worker interrupts the handler ``LONNYMQ_CANCEL_GRACE`` later.
     """
 
     id: int
@@ -33,6 +34,9 @@ class Message:
     dedup_key: str | None = None
     lease_token: UUID | None = None
     lease_until_ms: int = 0
+    # Someone cancelled this message while it ran (set by the worker at its heartbeat): a
+    # handler that checks it can stop cleanly before the worker interrupts it.
+    cancel_requested: bool = False
     _extend: Callable[[Message, timedelta | float | None], None] | None = field(
         default=None, repr=False, compare=False
     )
@@ -62,3 +66,9 @@ class Message:
         if duration is not None and duration_ms("duration", duration, MAX_LEASE) < 1:
             raise InvalidArgument("duration", "must be at least 1 ms", duration)
         self._extend(self, duration)
+
+    async def aextend_lease(self, duration: timedelta | float | None = None) -> None:
+        """:meth:`extend_lease` for an ``async def`` handler."""
+        from asgiref.sync import sync_to_async
+
+        await sync_to_async(self.extend_lease, thread_sensitive=True)(duration)

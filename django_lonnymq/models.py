@@ -142,6 +142,8 @@ class Message(models.Model):
     dedup_key = models.CharField(max_length=200, null=True, blank=True)
     enqueued_at = models.DateTimeField(default=timezone.now)
     last_error = models.TextField(null=True, blank=True)
+    # Set by api.cancel() while the message runs; its worker stops the handler at its next heartbeat.
+    cancel_requested = models.BooleanField(default=False)
 
     class Meta:
         db_table = "lonnymq_message"
@@ -199,12 +201,15 @@ class Message(models.Model):
 
 
 class DeadMessage(models.Model):
-    """A message that used up its attempts, was discarded, or whose last lease expired."""
+    """A message that used up its attempts (failing or timing out), was discarded or cancelled,
+    or whose last lease expired."""
 
     REASONS = [
         ("failed", "failed"),
         ("discarded", "discarded"),
         ("lease_expired", "lease expired"),
+        ("timeout", "timed out"),
+        ("cancelled", "cancelled"),
     ]
 
     id = models.BigIntegerField(primary_key=True)
@@ -228,7 +233,7 @@ class DeadMessage(models.Model):
         ordering = ["-died_at"]
         constraints = [
             models.CheckConstraint(
-                condition=Q(reason__in=["failed", "discarded", "lease_expired"]),
+                condition=Q(reason__in=["failed", "discarded", "lease_expired", "timeout", "cancelled"]),
                 name="lonnymq_dead_message_reason_known",
             ),
         ]

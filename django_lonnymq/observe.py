@@ -65,7 +65,11 @@ class Observer:
             self._count(message, "retried")
             return
         self._count(message, "dead")
-        reason = "discarded" if outcome.action == "discard" else "failed"
+        reason = {"discard": "discarded", "timeout": "timeout", "cancelled": "cancelled"}.get(
+            outcome.action, "failed"
+        )
+        if message.cancel_requested and reason != "discarded":
+            reason = "cancelled"  # what lonnymq_fail_v2 records for a cancelled message
         logger.warning(
             "message %s of %s/%s dead-lettered (reason %s, attempt %d of %d): %s",
             message.id,

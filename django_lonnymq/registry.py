@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from .api import _name
+from .durations import duration_ms
 from .exceptions import InvalidArgument, NoHandler
+from .limits import MAX_INTERVAL
 
 HandlerFunc = Callable[[Any], Any]
 F = TypeVar("F", bound=HandlerFunc)
@@ -14,23 +18,32 @@ F = TypeVar("F", bound=HandlerFunc)
 _handlers: dict[str, HandlerFunc] = {}
 # The handler of a queue that has none of its own (a task backend that accepts any queue name).
 _fallback: HandlerFunc | None = None
+# Per-handler timeouts in ms (a queue missing here takes LONNYMQ_HANDLER_TIMEOUT).
+_timeouts: dict[str, int] = {}
 # Called by autodiscover() after the handler modules are imported: how other parts of the
 # app (the Django Tasks backend) register handlers without this module importing them.
 _discovery_hooks: list[Callable[[], Any]] = []
 
 
-def handler(queue: str) -> Callable[[F], F]:
+def handler(queue: str, *, timeout: timedelta | float | None = None) -> Callable[[F], F]:
     """Register the decorated function as the handler of ``queue``'s messages.
 
-    The function receives a :class:`~django_lonnymq.Message`. Returning acks the message;
-    raising retries it with backoff; ``Retry(delay)`` retries after ``delay``; ``Discard``
-    moves it to the dead-letter table.
+    The function (``def`` or ``async def``) receives a :class:`~django_lonnymq.Message`.
+    Returning acks the message; raising retries it with backoff; ``Retry(delay)`` retries
+    after ``delay``; ``Discard`` moves it to the dead-letter table. Past ``timeout`` (default
+    ``LONNYMQ_HANDLER_TIMEOUT``) the handler is interrupted and the message fails with
+    reason ``timeout``.
     """
     _name("queue", queue, 100)
+    timeout_ms = handler_timeout_ms("timeout", timeout) if timeout is not None else None
 
     def register(func: F) -> F:
         if not callable(func):
             raise InvalidArgument("handler", "must be callable", func)
+        if inspect.isasyncgenfunction(func):
+            raise InvalidArgument(
+                "handler", "must be a function or an async def function, not an async generator", func
+            )
         existing = _handlers.get(queue)
         if existing is not None and existing is not func and _qualname(existing) != _qualname(func):
             raise InvalidArgument(
@@ -40,9 +53,36 @@ def handler(queue: str) -> Callable[[F], F]:
                 message=f"queue {queue!r} already has a handler: {_qualname(existing)}",
             )
         _handlers[queue] = func
+        if timeout_ms is None:
+            _timeouts.pop(queue, None)
+        else:
+            _timeouts[queue] = timeout_ms
         return func
 
     return register
+
+
+def handler_timeout_ms(field: str, value: Any) -> int:
+    """A handler timeout in ms: a positive duration of at most 366 days."""
+    ms = duration_ms(field, value, MAX_INTERVAL)
+    if ms < 1:
+        raise InvalidArgument(field, "must be positive (at least 1 ms)", value)
+    return ms
+
+
+def timeout_of(queue: str) -> float | None:
+    """The timeout of ``queue``'s handler in seconds (its own, else LONNYMQ_HANDLER_TIMEOUT)."""
+    from .conf import settings, to_ms
+
+    if queue in _timeouts:
+        return _timeouts[queue] / 1000
+    default = settings.HANDLER_TIMEOUT
+    return to_ms(default) / 1000 if default is not None else None
+
+
+def is_async(func: HandlerFunc) -> bool:
+    """Whether ``func`` is an ``async def`` handler (or an object with an async ``__call__``)."""
+    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(type(func).__call__)
 
 
 def _qualname(func: HandlerFunc) -> str:
@@ -84,6 +124,7 @@ def add_discovery_hook(hook: Callable[[], Any]) -> None:
 def unregister(queue: str) -> None:
     """Forget a queue's handler (for tests)."""
     _handlers.pop(queue, None)
+    _timeouts.pop(queue, None)
 
 
 def autodiscover() -> None:

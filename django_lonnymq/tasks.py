@@ -108,7 +108,7 @@ class LonnyMQBackend(BaseTaskBackend):
     """Runs Django Tasks on django-lonnymq: fair channels, limits, leases, retries."""
 
     supports_defer = True
-    supports_async_task = False
+    supports_async_task = True
     supports_get_result = True
     supports_priority = True
 

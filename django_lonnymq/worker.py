@@ -2,12 +2,15 @@
 
 One control thread owns one database connection (autocommit, LISTENing for wake-ups) and
 does every queue call: dequeue, ack, fail, extend, reap. Handler threads run user code with
-Django's own per-thread connections. The control thread sleeps on the connection's socket and
-a self-pipe at once, so a notification or a finished handler wakes it within milliseconds.
+Django's own per-thread connections; ``async def`` handlers run as tasks on one event-loop
+thread. The control thread sleeps on the connection's socket and a self-pipe at once, so a
+notification or a finished handler wakes it within milliseconds. Timeouts, cancels of
+running messages and abandoning a stuck handler are in :mod:`django_lonnymq.running`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import queue as queue_mod
@@ -18,7 +21,7 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -30,6 +33,7 @@ from . import schedules, sql
 from .conf import settings, to_ms
 from .exceptions import (
     Discard,
+    Interrupted,
     InvalidArgument,
     LeaseLost,
     LonnyMQError,
@@ -40,7 +44,8 @@ from .exceptions import (
 )
 from .message import Message
 from .observe import Observer
-from .registry import get_handler
+from .registry import get_handler, is_async, timeout_of
+from .running import TIMEOUT, Control, EventLoopThread
 from .workers import Presence
 
 logger = logging.getLogger("django_lonnymq.worker")
@@ -76,7 +81,7 @@ class Outcome:
     """What a handler's run asks for: ack, retry (with optional delay), or discard."""
 
     message: Message
-    action: str  # "ack" | "fail" | "retry" | "discard"
+    action: str  # "ack" | "fail" | "retry" | "discard" | "timeout" | "cancelled"
     error: str | None = None
     delay_ms: int | None = None
     # Sent once already when the connection dropped: that call may have committed.
@@ -98,6 +103,9 @@ class Stats:
     released: int = 0
     statement_errors: int = 0
     handler_crashes: int = 0
+    timed_out: int = 0
+    cancelled: int = 0
+    abandoned: int = 0
     started_at: float = field(default_factory=time.monotonic)
 
     def summary(self) -> str:
@@ -106,9 +114,20 @@ class Stats:
             f"fetched={self.fetched} acked={self.acked} retried={self.retried} dead={self.dead} "
             f"lease_lost={self.lease_lost} released={self.released} reaped={self.reaped} "
             f"empty_fetches={self.empty_fetches} reconnects={self.reconnects} "
-            f"statement_errors={self.statement_errors} "
+            f"statement_errors={self.statement_errors} timed_out={self.timed_out} "
+            f"cancelled={self.cancelled} abandoned={self.abandoned} "
             f"elapsed={elapsed:.1f}s rate={self.acked / elapsed:.1f}/s"
         )
+
+
+def close_old_connections_after_interrupt() -> None:
+    """Close this thread's connections after an interruption: it may have landed in the
+    middle of the driver's own code, leaving a connection in a state nobody should reuse."""
+    for conn in connections.all(initialized_only=True):
+        try:
+            conn.close()
+        except Exception:  # noqa: BLE001 - a broken connection is what is being dropped
+            pass
 
 
 def short_repr(exc: BaseException) -> str:
@@ -117,6 +136,16 @@ def short_repr(exc: BaseException) -> str:
         return repr(exc)
     except Exception:
         return f"<{type(exc).__name__} that cannot be shown>"
+
+
+# The reason lonnymq_fail_v2 records for each outcome that is not an ack.
+_FAIL_REASONS = {
+    "fail": "failed",
+    "retry": "failed",
+    "discard": "discarded",
+    "timeout": "timeout",
+    "cancelled": "cancelled",
+}
 
 
 def describe_exception(exc: BaseException) -> str:
@@ -147,6 +176,7 @@ class Worker:
             raise InvalidArgument("concurrency", "must be at least 1", concurrency)
         self.queues = list(dict.fromkeys(queues))
         self.handlers = {q: get_handler(q) for q in self.queues}  # NoHandler before any work
+        self.async_queues = {q for q, func in self.handlers.items() if is_async(func)}
         self.concurrency = concurrency
         self.batch_size = batch_size or concurrency
         if not 1 <= self.batch_size <= 10_000:
@@ -172,6 +202,12 @@ class Worker:
         self.stats = Stats()
         # Periodic schedules of these queues: synced at the first maintenance, then ticked.
         self._ticker = schedules.Ticker(self.queues, interval=self.poll_interval)
+        self.control = Control(
+            {q: timeout_of(q) for q in self.queues},
+            cancel_grace=settings.ms("CANCEL_GRACE") / 1000,
+            interrupt_grace=settings.ms("INTERRUPT_GRACE") / 1000,
+        )
+        self._event_loop: EventLoopThread | None = None
 
         self._stopping = threading.Event()
         self._forced = threading.Event()
@@ -230,10 +266,16 @@ class Worker:
 
     def run(self) -> Stats:
         """Serve until stopped; returns the counters."""
-        for index in range(self.concurrency):
-            thread = threading.Thread(target=self._handler_loop, name=f"lonnymq-handler-{index}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        if set(self.queues) - self.async_queues:
+            for index in range(self.concurrency):
+                thread = threading.Thread(
+                    target=self._handler_loop, name=f"lonnymq-handler-{index}", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
+        if self.async_queues:
+            self._event_loop = EventLoopThread(self.concurrency, self._consume_async)
+            self._event_loop.start()
         logger.info(
             "worker %s serving %s (concurrency=%d, batch=%d, lease=%.1fs)",
             self.name,
@@ -257,6 +299,7 @@ class Worker:
             try:
                 self._check_handler_threads()
                 self._flush_outcomes()
+                self._supervise()
                 if self._stopping.is_set():
                     return  # _shutdown lets running handlers finish, bounded
                 if self._quota_used():
@@ -494,7 +537,10 @@ class Worker:
         with self._lock:
             self._running[msg_id] = message
         self.stats.fetched += 1
-        self._jobs.put(message)
+        if self._event_loop is not None and queue_name in self.async_queues:
+            self._event_loop.submit(message)
+        else:
+            self._jobs.put(message)
 
     def _pending_work(self) -> bool:
         """Burst mode: does any queue still hold a message that is ready or in flight?"""
@@ -565,6 +611,9 @@ class Worker:
         waits = [self.poll_interval, self._next_reap - now]
         if self._next_extend:
             waits.append(self._next_extend - now)
+        interrupt_due = self.control.due_in()
+        if interrupt_due is not None:
+            waits.append(interrupt_due)
         return max(min(waits), 0.0)
 
     # -- handlers ------------------------------------------------------------------------
@@ -583,7 +632,7 @@ class Worker:
             began = time.monotonic()
             self.observer.handler_started(message)
             try:
-                outcome = self._run_handler(message)
+                outcome = self._run_controlled(message)
             except BaseException as exc:  # a bug of ours around the handler, not the handler's
                 self.stats.handler_crashes += 1
                 logger.critical("handler thread crashed on message %s: %s", message.id, type(exc).__name__)
@@ -602,6 +651,8 @@ class Worker:
         if self.exit_code or self._stopping.is_set():
             return
         dead = [t.name for t in self._threads if not t.is_alive()]
+        if self._event_loop is not None and not self._event_loop.is_alive():
+            dead.append(self._event_loop.thread.name)
         if dead:
             logger.critical("handler thread(s) %s died; stopping the worker (exit status 1)", ", ".join(dead))
             for name in dead:  # what a dead thread was running fails now, not after its lease
@@ -611,20 +662,41 @@ class Worker:
             self.exit_code = 1
             self.stop()
 
+    def _run_controlled(self, message: Message) -> Outcome:
+        """Run a message's handler on this thread under the timeout and cancel control."""
+        if message.cancel_requested:
+            return Outcome(message, "cancelled", error="cancelled before its handler started")
+        outcome, interrupted = self.control.execute(message, lambda: self._run_handler(message))
+        if interrupted is not None:
+            close_old_connections_after_interrupt()
+        return self._after_interrupt(message, outcome, interrupted)
+
     def _run_handler(self, message: Message) -> Outcome:
         close_old_connections()
         try:
-            self.handlers[message.queue](message)
+            result = self.handlers[message.queue](message)
+            if isinstance(result, Awaitable):
+                getattr(result, "close", lambda: None)()
+                return Outcome(
+                    message, "fail", error="the handler returned an awaitable: declare it async def"
+                )
             return Outcome(message, "ack")
-        except Retry as request:
-            try:
-                delay_ms = to_ms(request.delay)
-            except Exception as exc:  # a Retry built around the check in Retry.__init__
-                return Outcome(message, "fail", error=f"invalid Retry delay {request.delay!r}: {exc!r}")
-            return Outcome(message, "retry", error=request.reason or "retry requested", delay_ms=delay_ms)
-        except Discard as request:
-            return Outcome(message, "discard", error=request.reason)
         except BaseException as exc:  # a failing handler (even SystemExit) must never kill the worker
+            return self._outcome_of(message, exc)
+        finally:
+            close_old_connections()
+
+    def _outcome_of(self, message: Message, exc: BaseException) -> Outcome:
+        """What a handler's exception asks for: a retry, a discard, or a failure."""
+        if isinstance(exc, Retry):
+            try:
+                delay_ms = to_ms(exc.delay)
+            except Exception as bad:  # a Retry built around the check in Retry.__init__
+                return Outcome(message, "fail", error=f"invalid Retry delay {exc.delay!r}: {bad!r}")
+            return Outcome(message, "retry", error=exc.reason or "retry requested", delay_ms=delay_ms)
+        if isinstance(exc, Discard):
+            return Outcome(message, "discard", error=exc.reason)
+        if not isinstance(exc, (Interrupted, asyncio.CancelledError)):  # logged by _after_interrupt
             logger.warning(
                 "message %s of %s failed on attempt %d: %s",
                 message.id,
@@ -632,9 +704,79 @@ class Worker:
                 message.attempt,
                 short_repr(exc),
             )
-            return Outcome(message, "fail", error=describe_exception(exc))
-        finally:
-            close_old_connections()
+        return Outcome(message, "fail", error=describe_exception(exc))
+
+    def _after_interrupt(self, message: Message, outcome: Outcome | None, interrupted: str | None) -> Outcome:
+        """A run that was interrupted, or whose message was cancelled while it ran, ends as
+        the interruption says whatever the handler did afterwards."""
+        if interrupted is None and not message.cancel_requested and outcome is not None:
+            return outcome
+        detail = f"\n{outcome.error}" if outcome is not None and outcome.error else ""
+        if interrupted == TIMEOUT and not message.cancel_requested:
+            timeout = self.control.timeouts.get(message.queue)
+            logger.warning(
+                "message %s of %s timed out after %gs on attempt %d",
+                message.id,
+                message.queue,
+                timeout or 0,
+                message.attempt,
+            )
+            return Outcome(message, "timeout", error=f"timed out after {timeout:g}s{detail}")
+        logger.warning("message %s of %s was cancelled while it ran", message.id, message.queue)
+        return Outcome(message, "cancelled", error=f"cancelled while running{detail}")
+
+    async def _consume_async(self, message: Message) -> None:
+        """Run one message's ``async def`` handler on the event loop (one consumer task)."""
+        with self._lock:
+            if message.id not in self._running:  # released before it started
+                return
+            self._started.add(message.id)
+        began = time.monotonic()
+        self.observer.handler_started(message)
+        try:
+            if message.cancel_requested:
+                outcome = Outcome(message, "cancelled", error="cancelled before its handler started")
+            else:
+                _, interrupted, exc = await self.control.aexecute(
+                    message, lambda: self.handlers[message.queue](message)
+                )
+                found = Outcome(message, "ack") if exc is None else self._outcome_of(message, exc)
+                outcome = self._after_interrupt(message, found, interrupted)
+        except BaseException as exc:  # a bug of ours around the handler, not the handler's
+            self.stats.handler_crashes += 1
+            logger.critical("event loop crashed around message %s: %s", message.id, type(exc).__name__)
+            outcome = Outcome(message, "fail", error=f"worker error around the handler: {type(exc).__name__}")
+        self.observer.handler_finished(message, time.monotonic() - began)
+        self._outcomes.put(outcome)
+        self._wake()
+
+    def _supervise(self) -> None:
+        """Interrupt handlers past their timeout or cancel grace; abandon those that ignore it.
+
+        An abandoned handler keeps its thread (nothing can stop it), but its lease is no
+        longer extended, so its message comes back through the reaper; the worker stops
+        fetching, lets the other handlers finish and exits with status 1 for its supervisor
+        to start a fresh process.
+        """
+        abandoned = self.control.tick()
+        if not abandoned:
+            return
+        with self._lock:
+            for message in abandoned:
+                self._running.pop(message.id, None)
+                self._started.discard(message.id)
+        self.stats.abandoned += len(abandoned)
+        for message in abandoned:
+            logger.critical(
+                "handler of message %s (%s) ignored its interruption for %gs; abandoning it: its lease "
+                "will expire and the message come back; this worker stops (exit status 1)",
+                message.id,
+                message.queue,
+                self.control.interrupt_grace,
+            )
+            self._on_abandon(message)
+        self.exit_code = self.exit_code or 1
+        self.stop()
 
     def _extend_from_handler(self, message: Message, duration: timedelta | float | None) -> None:
         lease_ms = to_ms(duration) if duration is not None else self.lease_ms
@@ -643,7 +785,10 @@ class Worker:
                 sql.query("extend"),
                 {"ids": [message.id], "tokens": [str(message.lease_token)], "lease_ms": lease_ms},
             )
-            extended = cursor.fetchone()[0]
+            rows = cursor.fetchall()
+        extended = {row[0] for row in rows}
+        if any(row[1] for row in rows):
+            message.cancel_requested = True  # the control thread interrupts it at its heartbeat
         if message.id not in extended:
             raise LeaseLost(
                 f"lease on message {message.id} was lost; another worker may hold it", [message.id]
@@ -714,7 +859,7 @@ class Worker:
                     "token": str(message.lease_token),
                     "error": outcome.error,
                     "retry_delay_ms": outcome.delay_ms if outcome.action == "retry" else None,
-                    "discard": outcome.action == "discard",
+                    "reason": _FAIL_REASONS[outcome.action],
                     "backoff_base_ms": settings.ms("RETRY_BACKOFF_BASE"),
                     "backoff_max_ms": settings.ms("RETRY_BACKOFF_MAX"),
                     "tolerance_ms": settings.ms("WAKE_TOLERANCE"),
@@ -731,6 +876,12 @@ class Worker:
                 raise
             logger.error("could not record the failure of message %s: %r", message.id, exc)
             return
+        if outcome.action == "timeout":
+            self.stats.timed_out += 1
+            self.observer.timed_out(message)
+        elif outcome.action == "cancelled":
+            self.stats.cancelled += 1
+            self.observer.cancelled(message)
         if result == "dead":
             self.stats.dead += 1
         else:
@@ -753,20 +904,7 @@ class Worker:
             with self._lock:
                 running = list(self._running.values())
             if running:
-                extended = set(
-                    self._scalar(
-                        "extend",
-                        {
-                            "ids": [m.id for m in running],
-                            "tokens": [str(m.lease_token) for m in running],
-                            "lease_ms": self.lease_ms,
-                        },
-                    )
-                    or []
-                )
-                for message in running:
-                    if message.id not in extended:
-                        logger.warning("lease on running message %s was lost; it may run twice", message.id)
+                self._extend(running)
             self._next_extend = now + self.lease_ms / 3000 if running else 0.0
         if now >= self._next_reap:
             self._next_reap = now + self.reap_interval
@@ -784,6 +922,24 @@ class Worker:
         if not self._stopping.is_set():
             self._ticker.run(self._conn)  # never raises; on its own clock
 
+    def _extend(self, running: list[Message]) -> None:
+        """The heartbeat: extend the leases held, and learn which were cancelled meanwhile."""
+        rows = self._execute(
+            "extend",
+            {
+                "ids": [m.id for m in running],
+                "tokens": [str(m.lease_token) for m in running],
+                "lease_ms": self.lease_ms,
+            },
+        )
+        extended = {row[0] for row in rows}
+        cancelled = {row[0] for row in rows if row[1]}
+        for message in running:
+            if message.id not in extended:
+                logger.warning("lease on running message %s was lost; it may run twice", message.id)
+        if cancelled:
+            self.control.cancel([m for m in running if m.id in cancelled])
+
     # -- shutdown ------------------------------------------------------------------------
 
     def _abandon_running(self) -> None:
@@ -798,13 +954,17 @@ class Worker:
                 len(running),
             )
         for message in running:
-            on_abandon = getattr(self.handlers.get(message.queue), "on_abandon", None)
-            if on_abandon is None:
-                continue
-            try:
-                on_abandon(message)
-            except Exception as exc:
-                logger.error("on_abandon of message %s failed: %s", message.id, short_repr(exc))
+            self._on_abandon(message)
+
+    def _on_abandon(self, message: Message) -> None:
+        """Call the handler's ``on_abandon(message)``, if it has one."""
+        on_abandon = getattr(self.handlers.get(message.queue), "on_abandon", None)
+        if on_abandon is None:
+            return
+        try:
+            on_abandon(message)
+        except Exception as exc:
+            logger.error("on_abandon of message %s failed: %s", message.id, short_repr(exc))
 
     def _shutdown(self) -> None:
         """Let running handlers finish (bounded), release what never started, flush acks."""
@@ -817,6 +977,7 @@ class Worker:
             try:
                 self._ensure_connected()
                 self._flush_outcomes()
+                self._supervise()
                 if self._running:
                     self._wait(min(0.1, max(deadline - time.monotonic(), 0)))
                     self._maintain()
@@ -851,6 +1012,8 @@ class Worker:
             )
         for _ in self._threads:
             self._jobs.put(None)
+        if self._event_loop is not None:
+            self._event_loop.stop()
         if self._conn is not None:
             self._conn.close()
         os.close(self._wake_r)

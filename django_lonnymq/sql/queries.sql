@@ -35,12 +35,14 @@ SELECT lonnymq_next_due_v1(%(queues)s::text[]) - lonnymq_now_ms_v1()
 SELECT lonnymq_ack_v1(%(ids)s::bigint[], %(tokens)s::uuid[])
 
 -- name: fail
-SELECT lonnymq_fail_v1(%(id)s::bigint, %(token)s::uuid, %(error)s::text, %(retry_delay_ms)s::bigint,
-                       %(discard)s::boolean, %(backoff_base_ms)s::bigint, %(backoff_max_ms)s::bigint,
+-- reason: failed | timeout (retried until the attempts are used up) | discarded | cancelled
+SELECT lonnymq_fail_v2(%(id)s::bigint, %(token)s::uuid, %(error)s::text, %(retry_delay_ms)s::bigint,
+                       %(reason)s::text, %(backoff_base_ms)s::bigint, %(backoff_max_ms)s::bigint,
                        %(tolerance_ms)s::bigint)
 
 -- name: extend
-SELECT lonnymq_extend_v1(%(ids)s::bigint[], %(tokens)s::uuid[], %(lease_ms)s::bigint)
+-- The heartbeat: one row per lease extended, with whether someone asked to cancel it.
+SELECT id, cancel_requested FROM lonnymq_extend_v2(%(ids)s::bigint[], %(tokens)s::uuid[], %(lease_ms)s::bigint)
 
 -- name: release
 SELECT lonnymq_release_v1(%(ids)s::bigint[], %(tokens)s::uuid[], %(tolerance_ms)s::bigint)
@@ -52,7 +54,8 @@ SELECT lonnymq_reap_v1(%(limit)s::integer, %(dedup_window_ms)s::bigint, %(tolera
 SELECT lonnymq_requeue_dead_v1(%(ids)s::bigint[], %(reset_attempts)s::boolean, %(tolerance_ms)s::bigint)
 
 -- name: cancel
-SELECT lonnymq_cancel_v1(%(ids)s::bigint[])
+-- Waiting messages are deleted, running ones marked (running = true).
+SELECT id, running FROM lonnymq_cancel_v2(%(ids)s::bigint[], %(missing_ok)s::boolean)
 
 -- name: run_now
 SELECT lonnymq_run_now_v1(%(ids)s::bigint[], %(tolerance_ms)s::bigint)

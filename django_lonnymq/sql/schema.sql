@@ -11,6 +11,7 @@
 --   LQ001 invalid argument          LQ002 priority with a future run time
 --   LQ003 stale lease               LQ004 message not found
 --   LQ006 unsupported isolation level
+--   LQ170 cancel of a message that does not exist (DETAIL: the ids, comma-separated)
 -- The locking argument for these functions is written down in docs/locking.md.
 --
 -- Bounds, the same numbers as django_lonnymq/limits.py (CHECK constraints and argument
@@ -113,6 +114,10 @@ CREATE TABLE lonnymq_message (
     dedup_key     text        NULL,
     enqueued_at   timestamptz NOT NULL DEFAULT now(),
     last_error    text        NULL,
+    -- Someone asked to cancel the message while it ran: its worker learns it at the next
+    -- heartbeat (lonnymq_extend_v2), and the message ends dead with reason 'cancelled'.
+    -- Only a leased message carries it (anything that gives the lease back buries it).
+    cancel_requested boolean  NOT NULL DEFAULT false,
     CONSTRAINT lonnymq_message_attempts_nonnegative CHECK (attempts >= 0),
     -- 1970-01-01 to 9999-12-31: every release time is a date Python and the admin can show.
     CONSTRAINT lonnymq_message_dequeue_at_range CHECK (dequeue_at BETWEEN 0 AND 253402300799999),
@@ -184,7 +189,7 @@ CREATE TABLE lonnymq_dead_message (
     reason        text        NOT NULL,
     last_error    text        NULL,
     CONSTRAINT lonnymq_dead_message_reason_known
-        CHECK (reason IN ('failed', 'discarded', 'lease_expired'))
+        CHECK (reason IN ('failed', 'discarded', 'lease_expired', 'timeout', 'cancelled'))
 );
 CREATE INDEX lonnymq_dead_queue_died_idx ON lonnymq_dead_message (queue, died_at);
 CREATE INDEX lonnymq_dead_channel_idx ON lonnymq_dead_message (channel_id);
@@ -1299,7 +1304,31 @@ BEGIN
 END
 $$;
 
--- Move locked, leased messages to the dead-letter table and give their slots back.
+-- Extend leases (heartbeat) and tell which of them someone asked to cancel. Returns a row per
+-- id extended; a missing id lost its lease.
+CREATE FUNCTION lonnymq_extend_v2(p_ids bigint[], p_tokens uuid[], p_lease_ms bigint)
+RETURNS TABLE (id bigint, cancel_requested boolean)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM lonnymq_check_range_v1('lease', p_lease_ms, 1::bigint, 86400000::bigint, false);
+    PERFORM lonnymq_check_list_v1('ids', pg_catalog.array_ndims(p_ids));
+    PERFORM lonnymq_check_list_v1('tokens', pg_catalog.array_ndims(p_tokens));
+    IF coalesce(pg_catalog.cardinality(p_ids), 0) <> coalesce(pg_catalog.cardinality(p_tokens), 0) THEN
+        PERFORM lonnymq_raise_invalid_v1('tokens', 'must have one token per id', pg_catalog.cardinality(p_tokens)::text);
+    END IF;
+    RETURN QUERY
+        UPDATE lonnymq_message m SET lease_until = lonnymq_now_ms_v1() + p_lease_ms
+         WHERE m.id = ANY (p_ids)
+           AND (m.id, m.lease_token) IN (SELECT u.id, u.token FROM ROWS FROM (pg_catalog.unnest(p_ids), pg_catalog.unnest(p_tokens)) AS u(id, token))
+        RETURNING m.id, m.cancel_requested;
+END
+$$;
+
+-- Move locked, leased messages to the dead-letter table and give their slots back. A message
+-- someone asked to cancel is buried as 'cancelled' whatever ended it, unless it was discarded.
 CREATE FUNCTION lonnymq_bury_v1(p_ids bigint[], p_reason text, p_error text) RETURNS integer
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -1315,7 +1344,9 @@ BEGIN
         INSERT INTO lonnymq_dead_message (id, channel_id, queue, channel, payload, priority, attempts,
                                           max_attempts, dedup_key, enqueued_at, reason, last_error)
         SELECT g.id, g.channel_id, c.queue, c.name, g.payload, g.priority, g.attempts, g.max_attempts,
-               g.dedup_key, g.enqueued_at, p_reason, coalesce(p_error, g.last_error)
+               g.dedup_key, g.enqueued_at,
+               CASE WHEN g.cancel_requested AND p_reason <> 'discarded' THEN 'cancelled' ELSE p_reason END,
+               coalesce(p_error, g.last_error)
           FROM gone g JOIN lonnymq_channel c ON c.id = g.channel_id
         RETURNING 1
     )
@@ -1330,6 +1361,7 @@ $$;
 
 -- Put locked, leased messages back as ready at their new dequeue_at, give their slots back
 -- and wake their channels (taking each channel's shared advisory lock, like an enqueue).
+-- A message someone asked to cancel is buried as 'cancelled' instead: it never runs again.
 CREATE FUNCTION lonnymq_unlease_v1(
     p_ids bigint[], p_dequeue_ats bigint[], p_error text, p_uncount boolean, p_tolerance_ms bigint
 ) RETURNS void
@@ -1337,14 +1369,20 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_slots bigint[];
-    v_ch    record;
+    v_slots     bigint[];
+    v_cancelled bigint[];
+    v_ch        record;
 BEGIN
     -- Lock every channel row this call may touch, in id order, before touching any: giving
     -- slots back and waking channels must not take them in two different orders.
     PERFORM 1 FROM lonnymq_channel c
       WHERE c.id IN (SELECT m.channel_id FROM lonnymq_message m WHERE m.id = ANY (p_ids))
       ORDER BY c.id FOR NO KEY UPDATE;
+    SELECT pg_catalog.array_agg(m.id) INTO v_cancelled
+      FROM lonnymq_message m WHERE m.id = ANY (p_ids) AND m.cancel_requested;
+    IF v_cancelled IS NOT NULL THEN
+        PERFORM lonnymq_bury_v1(v_cancelled, 'cancelled', p_error);
+    END IF;
     SELECT pg_catalog.array_agg(m.channel_id) FILTER (WHERE m.slot_taken) INTO v_slots
       FROM lonnymq_message m WHERE m.id = ANY (p_ids);
     UPDATE lonnymq_message m
@@ -1407,6 +1445,66 @@ BEGIN
     END IF;
     IF p_discard OR v_msg.attempts >= v_msg.max_attempts THEN
         PERFORM lonnymq_bury_v1(ARRAY[p_id], CASE WHEN p_discard THEN 'discarded' ELSE 'failed' END, p_error);
+        RETURN 'dead';
+    END IF;
+    IF p_retry_delay_ms IS NOT NULL THEN
+        v_delay := p_retry_delay_ms;
+    ELSE
+        -- Equal jitter: half the exponential step for sure, the other half at random.
+        -- In double precision: base * 2^40 would overflow bigint before least() caps it.
+        v_delay := least(p_backoff_max_ms::double precision,
+                         p_backoff_base_ms::double precision
+                         * pg_catalog.power(2::double precision, least(v_msg.attempts - 1, 40)::double precision))::bigint;
+        v_delay := v_delay / 2 + (pg_catalog.random() * (v_delay / 2)::double precision)::bigint;
+    END IF;
+    PERFORM lonnymq_unlease_v1(ARRAY[p_id], ARRAY[lonnymq_now_ms_v1() + v_delay], p_error, false, p_tolerance_ms);
+    RETURN 'retry';
+END
+$$;
+
+-- A handler failed, timed out, was cancelled, asked for a retry or to discard its message.
+-- p_reason: 'failed' and 'timeout' retry with exponential backoff and jitter (or after
+-- p_retry_delay_ms when given) until the attempts are used up, then dead-letter with that
+-- reason; 'discarded' and 'cancelled' dead-letter at once. A message someone asked to
+-- cancel is dead-lettered as 'cancelled' whatever the reason (unless discarded).
+-- Returns 'retry' or 'dead'.
+CREATE FUNCTION lonnymq_fail_v2(
+    p_id               bigint,
+    p_token            uuid,
+    p_error            text    DEFAULT NULL,
+    p_retry_delay_ms   bigint  DEFAULT NULL,
+    p_reason           text    DEFAULT 'failed',
+    p_backoff_base_ms  bigint  DEFAULT 1000,
+    p_backoff_max_ms   bigint  DEFAULT 3600000,
+    p_tolerance_ms     bigint  DEFAULT 50
+) RETURNS text
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_msg   record;
+    v_delay bigint;
+BEGIN
+    IF p_reason IS NULL OR p_reason NOT IN ('failed', 'timeout', 'discarded', 'cancelled') THEN
+        PERFORM lonnymq_raise_invalid_v1('reason', 'must be failed, timeout, discarded or cancelled',
+                                         pg_catalog.quote_nullable(p_reason));
+    END IF;
+    PERFORM lonnymq_check_range_v1('retry_delay', p_retry_delay_ms, 0::bigint, 3155760000000::bigint, true);
+    PERFORM lonnymq_check_range_v1('backoff_base', p_backoff_base_ms, 0::bigint, 31622400000::bigint, false);
+    PERFORM lonnymq_check_range_v1('backoff_max', p_backoff_max_ms, 0::bigint, 31622400000::bigint, false);
+    PERFORM lonnymq_check_range_v1('tolerance', p_tolerance_ms, 0::bigint, 86400000::bigint, false);
+    SELECT m.id, m.attempts, m.max_attempts, m.lease_token, m.cancel_requested INTO v_msg
+      FROM lonnymq_message m WHERE m.id = p_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'message % does not exist (acked, cancelled or dead)', p_id
+            USING ERRCODE = 'LQ004';
+    END IF;
+    IF v_msg.lease_token IS DISTINCT FROM p_token THEN
+        RAISE EXCEPTION 'lease on message % is stale: it expired and the message was released again', p_id
+            USING ERRCODE = 'LQ003';
+    END IF;
+    IF p_reason IN ('discarded', 'cancelled') OR v_msg.cancel_requested OR v_msg.attempts >= v_msg.max_attempts THEN
+        PERFORM lonnymq_bury_v1(ARRAY[p_id], p_reason, p_error);
         RETURN 'dead';
     END IF;
     IF p_retry_delay_ms IS NOT NULL THEN
@@ -1584,6 +1682,53 @@ BEGIN
     )
     SELECT coalesce(pg_catalog.array_agg(g.id ORDER BY g.id), ARRAY[]::bigint[]) INTO v_ids FROM gone g;
     RETURN v_ids;
+END
+$$;
+
+-- Cancel messages: one waiting (ready or scheduled) is deleted at once (and frees its dedup
+-- key); one in flight is marked cancel_requested, and its worker interrupts the handler at
+-- its next heartbeat and dead-letters it as 'cancelled'. An id that names no message fails
+-- the whole call with LQ170 (nothing is cancelled) unless p_missing_ok. The message rows
+-- are locked in id order first, so a message cannot finish between the check and the mark.
+-- Returns a row per message cancelled or marked.
+CREATE FUNCTION lonnymq_cancel_v2(p_ids bigint[], p_missing_ok boolean DEFAULT false)
+RETURNS TABLE (id bigint, running boolean)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_found   bigint[];
+    v_running bigint[];
+    v_missing bigint[];
+BEGIN
+    PERFORM lonnymq_check_list_v1('ids', pg_catalog.array_ndims(p_ids));
+    SELECT coalesce(pg_catalog.array_agg(l.id), ARRAY[]::bigint[]),
+           coalesce(pg_catalog.array_agg(l.id) FILTER (WHERE l.leased), ARRAY[]::bigint[])
+      INTO v_found, v_running
+      FROM (SELECT m.id, m.lease_token IS NOT NULL AS leased FROM lonnymq_message m
+             WHERE m.id = ANY (p_ids) ORDER BY m.id FOR UPDATE) l;
+    IF NOT coalesce(p_missing_ok, false) THEN
+        SELECT pg_catalog.array_agg(DISTINCT u.id ORDER BY u.id) INTO v_missing
+          FROM pg_catalog.unnest(p_ids) AS u(id)
+         WHERE u.id IS NULL OR u.id <> ALL (v_found);
+        IF v_missing IS NOT NULL THEN
+            RAISE EXCEPTION 'cannot cancel message(s) %: not found (never enqueued, or already acked, cancelled or dead); nothing was cancelled',
+                pg_catalog.array_to_string(v_missing, ', ', 'null')
+                USING ERRCODE = 'LQ170', DETAIL = pg_catalog.array_to_string(v_missing, ',', 'null');
+        END IF;
+    END IF;
+    UPDATE lonnymq_message m SET cancel_requested = true
+     WHERE m.id = ANY (v_running) AND NOT m.cancel_requested;
+    WITH gone AS (
+        DELETE FROM lonnymq_message m
+         WHERE m.id = ANY (v_found) AND m.lease_token IS NULL
+        RETURNING m.id, m.channel_id, m.dedup_key
+    )
+    DELETE FROM lonnymq_dedup d USING gone g
+     WHERE d.channel_id = g.channel_id AND d.dedup_key = g.dedup_key AND d.message_id = g.id;
+    RETURN QUERY
+        SELECT f.id, f.id = ANY (v_running) FROM pg_catalog.unnest(v_found) AS f(id) ORDER BY f.id;
 END
 $$;
 

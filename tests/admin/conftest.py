@@ -45,7 +45,7 @@ def fail(message_id: int, token: Any, error: str = "RuntimeError: boom") -> str:
                 "token": token,
                 "error": error,
                 "retry_delay_ms": None,
-                "discard": False,
+                "reason": "failed",
                 "backoff_base_ms": 1000,
                 "backoff_max_ms": 3_600_000,
                 "tolerance_ms": 50,

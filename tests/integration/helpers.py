@@ -112,6 +112,7 @@ def fail(
     *,
     retry_delay_ms: int | None = None,
     discard: bool = False,
+    reason: str | None = None,
     backoff_base_ms: int = 1000,
     backoff_max_ms: int = 3_600_000,
     conn: Any = None,
@@ -124,7 +125,7 @@ def fail(
             token=leased["lease_token"],
             error=error,
             retry_delay_ms=retry_delay_ms,
-            discard=discard,
+            reason=reason if reason is not None else ("discarded" if discard else "failed"),
             backoff_base_ms=backoff_base_ms,
             backoff_max_ms=backoff_max_ms,
             tolerance_ms=50,
@@ -133,15 +134,18 @@ def fail(
 
 
 def extend(leased: Sequence[dict[str, Any]], lease_ms: int, conn: Any = None) -> list[int]:
-    return sorted(
-        named(
-            "extend",
-            conn,
-            ids=[r["id"] for r in leased],
-            tokens=[r["lease_token"] for r in leased],
-            lease_ms=lease_ms,
-        )
+    """The ids whose lease was extended (see :func:`heartbeat` for the cancel flags)."""
+    return sorted(heartbeat(leased, lease_ms, conn))
+
+
+def heartbeat(leased: Sequence[dict[str, Any]], lease_ms: int, conn: Any = None) -> dict[int, bool]:
+    """The worker's heartbeat: ``{id extended: cancel_requested}``."""
+    found = rows(
+        sql.query("extend"),
+        {"ids": [r["id"] for r in leased], "tokens": [r["lease_token"] for r in leased], "lease_ms": lease_ms},
+        conn,
     )
+    return {r["id"]: r["cancel_requested"] for r in found}
 
 
 def release(leased: Sequence[dict[str, Any]], conn: Any = None) -> list[int]:

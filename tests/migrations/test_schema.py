@@ -52,6 +52,8 @@ RELEASED = {
     "0012_worker_sampling.up.sql": "0d21e254628c04643a432c46b70c0c80acfca9c43a52c94c094f716bcb1fcced",
     "0013_enqueue_task.down.sql": "2999e18b5ba7be068081d463c7167c5667d7027d57b93d922ccc0d9e37328cd2",
     "0013_enqueue_task.up.sql": "a43d9492ce8e5eb9e220057110473bb2b4d2bda4cc1505ab95830efb9321e121",
+    "0014_running_control.down.sql": "623d6eb1f3436b88baf3e8ae698dd7e5d9cbafe11b04a7084542d2cf6bd2eb3e",
+    "0014_running_control.up.sql": "cab6616cb50ca0a5beaece42385829ff242bec36966edb77a36abe925c792da7",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

@@ -66,3 +66,12 @@ def not_a_task() -> int:
     with connection.cursor() as cursor:
         cursor.execute("INSERT INTO testapp_delivery (event) VALUES ('not_a_task ran')")
     return 1
+
+
+@task()
+async def add_later(a: int, b: int) -> int:
+    """An ``async def`` task (the backend supports them)."""
+    import asyncio
+
+    await asyncio.sleep(0.01)
+    return a + b

@@ -91,6 +91,7 @@ def test_the_checks_are_registered():
         "check_worker_heartbeat",
         "check_schema_installed",
         "check_sampling",
+        "check_handler_timeout",
     }
 
 
@@ -300,3 +301,29 @@ def test_e210_accepts_none_and_bounds():
         assert lonnymq_errors() == []
     with override_settings(LONNYMQ_SAMPLE_INTERVAL=1, LONNYMQ_SAMPLE_KEEP=60):
         assert lonnymq_errors() == []
+
+
+# ---------------------------------------------------------------------------------------
+# E170: LONNYMQ_HANDLER_TIMEOUT
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [0, -1, timedelta(0), float("nan"), "5m", timedelta(days=400), True])
+def test_e170_handler_timeout_must_be_none_or_a_positive_duration(value):
+    with override_settings(LONNYMQ_HANDLER_TIMEOUT=value):
+        errors = lonnymq_errors()
+    assert ids(errors) == ["lonnymq.E170"]
+    assert "LONNYMQ_HANDLER_TIMEOUT" in errors[0].msg
+
+
+@pytest.mark.parametrize("value", [None, 0.5, 300, timedelta(minutes=5)])
+def test_e170_accepts_none_and_positive_durations(value):
+    with override_settings(LONNYMQ_HANDLER_TIMEOUT=value):
+        assert lonnymq_errors() == []
+
+
+@pytest.mark.parametrize("name", ["INTERRUPT_GRACE", "CANCEL_GRACE"])
+def test_e002_covers_the_grace_periods(name):
+    with override_settings(**{f"LONNYMQ_{name}": timedelta(days=2)}):
+        errors = lonnymq_errors()
+    assert ids(errors) == ["lonnymq.E002"] and f"LONNYMQ_{name}" in errors[0].msg
