@@ -7,7 +7,7 @@ import time
 
 from django.db import connection
 
-from django_lonnymq import Message, handler
+from django_lonnymq import Discard, Message, Retry, handler
 from tests.testapp.handlers import record
 
 
@@ -28,3 +28,14 @@ def slow_first_time(message: Message) -> None:
         with connection.cursor() as cursor:
             cursor.execute("UPDATE testapp_inflight SET now = now - 1 WHERE channel = %s", [message.channel])
     record(message, "done")
+
+
+@handler("acc_metrics")
+def by_kind(message: Message) -> None:
+    """``kind``: ``ok`` succeeds, ``retry`` asks for one retry then succeeds, ``discard`` is
+    discarded to the dead letters."""
+    kind = message.payload["kind"]
+    if kind == "retry" and message.attempt == 1:
+        raise Retry(delay=0, reason="once more")
+    if kind == "discard":
+        raise Discard("not wanted")

@@ -42,6 +42,17 @@ def check_database(alias: str | None) -> None:
         raise CommandError(f"--database {alias!r} is not in DATABASES (aliases: {', '.join(connections)})")
 
 
+def port_number(text: str) -> int:
+    """A TCP port, 0 (a free one) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a port from 0 to 65535")
+    return value
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -127,6 +138,18 @@ class Command(BaseCommand):
         )
         parser.add_argument("--database", default=None, help="Database alias (default LONNYMQ_DATABASE).")
         parser.add_argument(
+            "--metrics-port",
+            type=port_number,
+            default=None,
+            help="Serve this worker's Prometheus metrics on this port (0: a free one, printed); needs "
+            "prometheus-client (the metrics extra). One port per worker process.",
+        )
+        parser.add_argument(
+            "--metrics-address",
+            default="0.0.0.0",
+            help="Address the metrics port listens on (default 0.0.0.0, every interface).",
+        )
+        parser.add_argument(
             "--name",
             default=None,
             help="The worker's name in the admin and in messages' leased_by (default host:pid; "
@@ -167,16 +190,44 @@ class Command(BaseCommand):
             )
         except (NoHandler, InvalidArgument) as exc:
             raise CommandError(str(exc)) from exc
+        metrics_url = self._serve_metrics(worker, options["metrics_port"], options["metrics_address"])
         worker.install_signal_handlers()
         self.stdout.write(
             f"lonnymq worker {worker.name}: queues={','.join(worker.queues)} "
             f"concurrency={worker.concurrency} batch={worker.batch_size} lease={worker.lease_ms / 1000:g}s"
         )
+        if metrics_url:
+            self.stdout.write(f"lonnymq worker {worker.name}: metrics on {metrics_url}")
         self.stdout.flush()
-        stats = worker.run()
+        try:
+            stats = worker.run()
+        finally:
+            if worker.observer.metrics is not None:
+                worker.observer.metrics.close()
         self.stdout.write(f"lonnymq worker {worker.name} stopped: {stats.summary()}")
         if worker.exit_code:
             # It stopped because it could not go on (docs/failure-model.md): a supervisor
             # restarts it; its leases come back to the queue.
             self.stdout.flush()
             raise SystemExit(worker.exit_code)
+
+    @staticmethod
+    def _serve_metrics(worker: Worker, port: int | None, address: str) -> str | None:
+        """Start the worker's metrics endpoint; its URL (None without --metrics-port)."""
+        if port is None:
+            return None
+        try:
+            from django_lonnymq.metrics import WorkerMetrics
+
+            metrics = WorkerMetrics(worker)
+        except ImportError as exc:
+            raise CommandError(
+                "--metrics-port needs prometheus-client: pip install 'django-lonnymq[metrics]'"
+            ) from exc
+        try:
+            bound = metrics.serve(port, address)
+        except OSError as exc:
+            raise CommandError(f"--metrics-port {port} on {address}: {exc.strerror or exc}") from exc
+        worker.observer.metrics = metrics
+        shown = f"[{address}]" if ":" in address else address
+        return f"http://{shown}:{bound}/metrics"

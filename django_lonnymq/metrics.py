@@ -1,0 +1,128 @@
+"""Per-worker Prometheus metrics, served by ``run_queue_worker --metrics-port``.
+
+Each worker process has its own registry and its own HTTP port: one scrape target per worker
+(``instance`` tells them apart, ``lonnymq_worker_info`` names the worker). Several workers on
+one host take one port each (``--metrics-port 0`` picks a free one and prints it); no
+shared-directory multiprocess mode is needed, because no two processes share a port.
+
+Metrics (label ``queue``; ``outcome`` one of :data:`~django_lonnymq.observe.OUTCOMES`):
+
+- ``lonnymq_worker_messages_total{queue, outcome}``: outcomes as the database recorded them;
+- ``lonnymq_worker_handler_duration_seconds{queue}``: a histogram of every handler run;
+- ``lonnymq_worker_running_messages{queue}``: handlers running now;
+- ``lonnymq_worker_leased_messages{queue}``: leases held now (running, or waiting for a
+  free handler thread);
+- ``lonnymq_worker_info{worker, host, pid}`` (1) and ``lonnymq_worker_concurrency``.
+
+prometheus-client is the ``metrics`` extra: imported only when metrics are served.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections import Counter as Tally
+from typing import TYPE_CHECKING, Any
+
+from .observe import OUTCOMES
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+# Handler durations from 5 ms to 10 min.
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+
+class WorkerMetrics:
+    """One worker's metrics in a registry of its own."""
+
+    def __init__(self, worker: Worker):
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.worker = worker
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.messages = Counter(
+            "lonnymq_worker_messages",
+            "Messages this worker finished, by queue and outcome (acked, retried, dead, timed_out, "
+            "cancelled, lease_lost), as the database recorded them.",
+            ["queue", "outcome"],
+            registry=self.registry,
+        )
+        self.duration = Histogram(
+            "lonnymq_worker_handler_duration_seconds",
+            "How long each handler run took (every attempt), by queue.",
+            ["queue"],
+            buckets=BUCKETS,
+            registry=self.registry,
+        )
+        self.running = Gauge(
+            "lonnymq_worker_running_messages",
+            "Handlers running now, by queue.",
+            ["queue"],
+            registry=self.registry,
+        )
+        info = Gauge(
+            "lonnymq_worker_info",
+            "This worker (always 1): its name as in the lonnymq_worker table, host and pid.",
+            ["worker", "host", "pid"],
+            registry=self.registry,
+        )
+        info.labels(worker.name, socket.gethostname(), str(os.getpid())).set(1)
+        Gauge("lonnymq_worker_concurrency", "Handler threads of this worker.", registry=self.registry).set(
+            worker.concurrency
+        )
+        self.registry.register(_LeasedCollector(worker))
+        # Every series exists from the start, so rate() and increase() see the first event.
+        for queue in worker.queues:
+            for outcome in OUTCOMES:
+                self.messages.labels(queue, outcome)
+            self.duration.labels(queue)
+            self.running.labels(queue)
+        self._server: Any = None
+
+    def count(self, queue: str, outcome: str) -> None:
+        self.messages.labels(queue, outcome).inc()
+
+    def started(self, queue: str) -> None:
+        self.running.labels(queue).inc()
+
+    def finished(self, queue: str, seconds: float) -> None:
+        self.running.labels(queue).dec()
+        self.duration.labels(queue).observe(seconds)
+
+    def serve(self, port: int, address: str = "0.0.0.0") -> int:
+        """Serve ``/metrics`` on ``address:port`` (0: a free port) from a daemon thread; the port."""
+        from prometheus_client import start_http_server
+
+        self._server, _ = start_http_server(port, addr=address, registry=self.registry)
+        return int(self._server.server_address[1])
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+class _LeasedCollector:
+    """``lonnymq_worker_leased_messages``: read from the worker at scrape time."""
+
+    def __init__(self, worker: Worker):
+        self.worker = worker
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Any:
+        from prometheus_client.core import GaugeMetricFamily
+
+        with self.worker._lock:
+            held = Tally(message.queue for message in self.worker._running.values())
+        family = GaugeMetricFamily(
+            "lonnymq_worker_leased_messages",
+            "Messages this worker holds a lease on now (running, or waiting for a free handler thread).",
+            labels=["queue"],
+        )
+        for queue in self.worker.queues:
+            family.add_metric([queue], held.get(queue, 0))
+        yield family
