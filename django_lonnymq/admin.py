@@ -32,6 +32,7 @@ from django.utils.http import urlencode
 from . import api
 from .conf import settings
 from .models import Channel, DeadMessage, Message, stats_query
+from .schedules_admin import ScheduleAdmin  # noqa: F401 - registers it
 from .topics_admin import SubscriptionAdmin, UnroutedAdmin  # noqa: F401 - registers them
 from .urlparams import an_id, storable
 from .workers_admin import leased_by_link

@@ -163,3 +163,46 @@ def test_a_schedule_row_another_transaction_holds_is_skipped_not_waited_for(spaw
     for channel in ("every1s", "every2s"):
         keys = [t["dedup_key"] for t in ticks(db, channel)]
         assert len(keys) == len(set(keys)), keys
+
+
+def test_paused_edited_and_resumed_in_the_admin_takes_effect_without_a_restart(spawn, db, admin_client):
+    from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+    from django.urls import reverse
+
+    from django_lonnymq.models import Schedule
+
+    worker = start(spawn, "every1s", label="worker")
+    wait_until(lambda: len(ticks(db, "every1s")) >= 2, 20, "ticks of the declared schedule", worker)
+    row = Schedule.objects.get(name="every1s")
+    changelist = reverse("admin:django_lonnymq_schedule_changelist")
+
+    admin_client.post(changelist, {"action": "pause", ACTION_CHECKBOX_NAME: [row.pk]})
+    paused = len(ticks(db, "every1s"))
+    time.sleep(2.5)
+    assert len(ticks(db, "every1s")) <= paused + 1, "ticked while paused"  # one may have been in flight
+
+    edit = {
+        "queue": QUEUE, "channel": "every1s", "cron": "", "every_seconds": "2", "timezone": "UTC",
+        "payload": '{"schedule": "edited"}', "catch_up": "1", "max_attempts": "",
+    }  # fmt: skip
+    response = admin_client.post(reverse("admin:django_lonnymq_schedule_change", args=[row.pk]), edit)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    time.sleep(1.5)
+    assert len(ticks(db, "every1s")) <= paused + 1, "an edit of a paused schedule resumed it"
+    admin_client.post(changelist, {"action": "resume", ACTION_CHECKBOX_NAME: [row.pk]})
+
+    def edited() -> list[dict]:
+        return [t for t in ticks(db, "every1s") if t["schedule"] == "edited"]
+
+    wait_until(lambda: len(edited()) >= 3, 15, "ticks with the edited payload", worker)
+    assert worker.stop() == 0, describe(worker)
+    assert_each_tick_once(edited(), 2000, worker)
+    keys = [t["dedup_key"] for t in ticks(db, "every1s")]
+    assert len(keys) == len(set(keys))
+
+    # The code still declares what it declared: the next worker start keeps the admin's edit.
+    again = start(spawn, "every1s", label="worker restarted")
+    again.wait_for_line("0 changed", timeout=30)
+    assert again.stop() == 0, describe(again)
+    row.refresh_from_db()
+    assert row.payload == {"schedule": "edited"} and row.every_ms == 2000
