@@ -46,7 +46,17 @@ class ScheduleForm(forms.ModelForm):
 
     class Meta:
         model = Schedule
-        fields = ["name", "queue", "channel", "cron", "timezone", "payload", "catch_up", "max_attempts", "enabled"]
+        fields = [
+            "name",
+            "queue",
+            "channel",
+            "cron",
+            "timezone",
+            "payload",
+            "catch_up",
+            "max_attempts",
+            "enabled",
+        ]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -104,7 +114,15 @@ class ScheduleAdmin(admin.ModelAdmin):
     search_fields = ("name",)
     list_per_page = 100
     actions = ("pause", "resume")
-    readonly_fields = ("next_tick", "last_tick", "last_message", "last_error", "source", "declared_pretty", "created_at")
+    readonly_fields = (
+        "next_tick",
+        "last_tick",
+        "last_message",
+        "last_error",
+        "source",
+        "declared_pretty",
+        "created_at",
+    )
 
     # -- columns ---------------------------------------------------------------------------
 
@@ -170,7 +188,10 @@ class ScheduleAdmin(admin.ModelAdmin):
         )
         return [
             (None, {"fields": ("name", "source"), "description": description}),
-            ("Schedule", {"fields": edit, "description": "Changes take effect at the workers' next tick check."}),
+            (
+                "Schedule",
+                {"fields": edit, "description": "Changes take effect at the workers' next tick check."},
+            ),
             ("Ticks", {"fields": ("next_tick", "last_tick", "last_message", "last_error", "created_at")}),
             ("Code", {"fields": ("declared_pretty",), "classes": ("collapse",)}),
         ]

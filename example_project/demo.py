@@ -42,6 +42,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "example_project.settings")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/lonnymq_demo")
 
 QUEUE = "transcode"
+REPORTS = "reports"  # the periodic report (tenants/handlers.py: @periodic every 2 s)
 BIG = "bigcorp"
 SMALL_NAMES = ["acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "wonka"]
 CAPPED = "acme"  # max_concurrency=1
@@ -165,6 +166,7 @@ def reset(tenants_table: str) -> None:
 
     with transaction.atomic(), connection.cursor() as cursor:
         forget_queue(cursor, QUEUE)
+        forget_queue(cursor, REPORTS)
         cursor.execute(f"TRUNCATE {tenants_table}")
 
 
@@ -222,6 +224,8 @@ def start_workers(args: argparse.Namespace, logdir: Path) -> list[tuple[subproce
         "run_queue_worker",
         "--queue",
         QUEUE,
+        "--queue",
+        REPORTS,
         "--concurrency",
         str(args.concurrency),
         "--batch-size",
@@ -431,6 +435,35 @@ def summarize(
     return finish, problems
 
 
+def periodic_report(table: str, ran_for: float) -> list[str]:
+    """One line on the periodic report the workers ran meanwhile; problems if a tick ran twice."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*), count(DISTINCT m.dedup_key), max(r.seconds), max(r.finished_at)"
+            f"  FROM {table} r LEFT JOIN lonnymq_dedup m ON m.message_id = r.message_id"
+            " WHERE r.queue = %s",
+            [REPORTS],
+        )
+        runs, ticks, latest, _ = cursor.fetchone()
+        cursor.execute(
+            f"SELECT tenant FROM {table} WHERE queue = %s ORDER BY finished_at DESC LIMIT 1", [REPORTS]
+        )
+        last = cursor.fetchone()
+    print(
+        f"periodic report: @periodic(every=2 s) on queue {REPORTS!r} ran {runs} times while the workers ran, "
+        f"{ticks} distinct ticks, each at most {float(latest or 0):.1f}s after its time"
+        + (f"; the last one saw {last[0].split(' ', 1)[1]} at {last[0].split(' ', 1)[0]} UTC" if last else "")
+    )
+    problems = []
+    if runs != ticks:
+        problems.append(f"periodic report: {runs} runs for {ticks} ticks (a tick ran twice)")
+    if runs == 0 and ran_for > 5:
+        problems.append("periodic report: no tick ran while the workers ran")
+    return problems
+
+
 def fairness(tenants: list[Tenant], finish: dict[str, float]) -> list[str]:
     """The small tenants must finish long before the big one; say how long before."""
     small = [t for t in tenants if t.name != BIG]
@@ -506,6 +539,7 @@ def main() -> int:
     finish, found = summarize(tenants, table, t0_wall, args.workers * args.concurrency)
     problems += found
     problems += fairness(tenants, finish)
+    problems += periodic_report(table, time.monotonic() - t0)
     problems += spark_step(args)
 
     print()

@@ -2,10 +2,11 @@
 
 import os
 import time
+from datetime import timedelta
 
 from django.utils import timezone
 
-from django_lonnymq import Message, handler
+from django_lonnymq import Message, handler, periodic
 
 from .models import JobRun
 
@@ -45,6 +46,30 @@ def ingest(message: Message) -> None:
         message_id=message.id,
         tenant=message.channel,
         seconds=0.0,
+        attempt=message.attempt,
+        worker_pid=os.getpid(),
+        started_at=started_at,
+        finished_at=timezone.now(),
+    )
+
+
+@periodic(
+    every=timedelta(seconds=2), queue="reports", name="demo-progress-report", payload={"of": "transcode"}
+)
+@handler("reports")
+def progress_report(message: Message) -> None:
+    """A periodic report: every 2 s, count the jobs of a queue done so far (one row per tick).
+
+    ``seconds`` records how long after its scheduled time the tick ran.
+    """
+    started_at = timezone.now()
+    done = JobRun.objects.filter(queue=message.payload["of"]).count()
+    scheduled = message.scheduled_at or started_at
+    JobRun.objects.create(
+        queue="reports",
+        message_id=message.id,
+        tenant=f"{scheduled:%H:%M:%S} {done} done",
+        seconds=(started_at - scheduled).total_seconds(),
         attempt=message.attempt,
         worker_pid=os.getpid(),
         started_at=started_at,

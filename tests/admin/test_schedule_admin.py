@@ -155,7 +155,9 @@ def test_pause_and_resume(admin_client):
     assert "paused" in admin_client.get(CHANGELIST).content.decode()
 
     before = api.now_ms()
-    response = admin_client.post(CHANGELIST, {"action": "resume", ACTION_CHECKBOX_NAME: [second.pk]}, follow=True)
+    response = admin_client.post(
+        CHANGELIST, {"action": "resume", ACTION_CHECKBOX_NAME: [second.pk]}, follow=True
+    )
     assert "Resumed 1 schedule." in response.content.decode()
     second.refresh_from_db()
     # Ticks missed while paused are skipped: the next tick is after now.
@@ -165,7 +167,9 @@ def test_pause_and_resume(admin_client):
 def test_resume_refuses_a_schedule_whose_timing_cannot_be_computed(admin_client):
     row = schedule("broken", enabled=False)
     Schedule.objects.filter(pk=row.pk).update(timezone="Mars/Olympus_Mons")
-    response = admin_client.post(CHANGELIST, {"action": "resume", ACTION_CHECKBOX_NAME: [row.pk]}, follow=True)
+    response = admin_client.post(
+        CHANGELIST, {"action": "resume", ACTION_CHECKBOX_NAME: [row.pk]}, follow=True
+    )
     assert "fix its timing first" in response.content.decode()
     row.refresh_from_db()
     assert not row.enabled

@@ -38,7 +38,9 @@ def test_a_task_runs_on_a_schedule(connect):
     assert schedules.tick(conn, ["tasks_other"]) == 1
     Worker(["tasks_other"], burst=True, shutdown_timeout=5).run()
     with connection.cursor() as cursor:
-        cursor.execute("SELECT payload #>> '{}' FROM testapp_delivery WHERE event = 'task' AND channel = 't1'")
+        cursor.execute(
+            "SELECT payload #>> '{}' FROM testapp_delivery WHERE event = 'task' AND channel = 't1'"
+        )
         assert cursor.fetchall() == [("tick",)]
 
 
