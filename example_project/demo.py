@@ -481,6 +481,17 @@ def fairness(tenants: list[Tenant], finish: dict[str, float]) -> list[str]:
     return []
 
 
+def topic_step() -> list[str]:
+    """One event type, two consumer groups (example_project/topics_demo.py); one line."""
+    from example_project.topics_demo import run_topic_step
+
+    print()
+    try:
+        return run_topic_step()
+    except Exception as exc:  # report it with the other problems, then fail the demo
+        return [f"topic step failed: {type(exc).__name__}: {exc}"]
+
+
 def spark_step(args: argparse.Namespace) -> list[str]:
     """Run example_project/spark_demo.py's step (unless --no-spark); returns its problems."""
     if not args.spark:
@@ -540,6 +551,7 @@ def main() -> int:
     problems += found
     problems += fairness(tenants, finish)
     problems += periodic_report(table, time.monotonic() - t0)
+    problems += topic_step()
     problems += spark_step(args)
 
     print()

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from django_lonnymq import Message, handler, periodic
+from django_lonnymq import Message, handler, periodic, subscribe
 
 from .models import JobRun
 
@@ -75,3 +75,34 @@ def progress_report(message: Message) -> None:
         started_at=started_at,
         finished_at=timezone.now(),
     )
+
+
+# Topics: one event type, two consumer groups (example_project/topics_demo.py publishes it).
+subscribe("video.uploaded", queue="thumbnails")
+subscribe("video.uploaded", queue="notify")
+
+
+def _record(message: Message) -> None:
+    started_at = timezone.now()
+    JobRun.objects.create(
+        queue=message.queue,
+        message_id=message.id,
+        tenant=message.channel,
+        seconds=0.0,
+        attempt=message.attempt,
+        worker_pid=os.getpid(),
+        started_at=started_at,
+        finished_at=timezone.now(),
+    )
+
+
+@handler("thumbnails")
+def thumbnails(message: Message) -> None:
+    """Group one of ``video.uploaded``: pretend to render the video's thumbnails."""
+    _record(message)
+
+
+@handler("notify")
+def notify(message: Message) -> None:
+    """Group two of ``video.uploaded``: pretend to tell the tenant's followers."""
+    _record(message)
