@@ -85,6 +85,8 @@ def reset(conn: psycopg.Connection[Any]) -> None:
         "TRUNCATE lonnymq_message, lonnymq_dedup, lonnymq_dead_message, lonnymq_channel, lonnymq_wake, bench_plain"
         " RESTART IDENTITY"
     )
+    if conn.execute("SELECT to_regclass('lonnymq_release_count')").fetchone()[0]:  # since migration 0007
+        conn.execute("TRUNCATE lonnymq_release_count")
 
 
 def worker_env(url: str, **extra: str) -> dict[str, str]:

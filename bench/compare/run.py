@@ -35,6 +35,8 @@ PROJECT_PY = os.path.join(ROOT, ".venv", "bin", "python")
 QUEUE = "bench_noop"
 
 PG = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
+# Database names: <prefix><system>. Another prefix keeps several runs on one server apart.
+DB_PREFIX = os.environ.get("BENCH_DB_PREFIX", "lq_cmp_")
 SYSTEMS = ["raw", "lonnymq", "pgqueuer", "procrastinate"]
 # Columns of the table: the raw baseline twice (one message per transaction, batches of 100).
 COLUMNS = ["raw-1", "raw-100", "lonnymq", "pgqueuer", "procrastinate"]
@@ -111,6 +113,12 @@ WORKER = {
     "pgqueuer": {"system": "pgqueuer", "batch": 100, "concurrency": 0},
     "procrastinate": {"system": "procrastinate", "batch": 1, "concurrency": 10},
 }
+# Other lonnymq worker settings for a run, e.g. BENCH_LONNYMQ_CONCURRENCY=1 BENCH_LONNYMQ_BATCH=1
+# (run_queue_worker's defaults) for the latency of an idle worker as a new user starts it.
+WORKER["lonnymq"]["concurrency"] = int(
+    os.environ.get("BENCH_LONNYMQ_CONCURRENCY", WORKER["lonnymq"]["concurrency"])
+)
+WORKER["lonnymq"]["batch"] = int(os.environ.get("BENCH_LONNYMQ_BATCH", WORKER["lonnymq"]["batch"]))
 
 
 ACTIVE: set[str] = set(COLUMNS)  # --columns narrows the run (e.g. to measure a prototype)
@@ -125,7 +133,7 @@ def log(*parts: Any) -> None:
 
 
 def dsn(system: str) -> str:
-    return f"{PG}/lq_cmp_{system}"
+    return f"{PG}/{DB_PREFIX}{system}"
 
 
 def python_of(system: str) -> str:
@@ -189,6 +197,7 @@ def ensure_venvs() -> dict[str, str]:
         versions["lonnymq"] += f" @ {head or '?'}{' + local changes' if dirty else ''}"
         prepared = os.environ.get("BENCH_LONNYMQ_PREPARED", "1") != "0"
         versions["lonnymq"] += " (Django prepare_threshold=5)" if prepared else " (nothing prepared)"
+        versions["lonnymq"] += f" (worker --concurrency {WORKER['lonnymq']['concurrency']} --batch-size {WORKER['lonnymq']['batch']})"
     else:
         versions["lonnymq"] += f" from {lq_root} (BENCH_LONNYMQ_ROOT)"
     return versions
@@ -197,10 +206,10 @@ def ensure_venvs() -> dict[str, str]:
 def ensure_databases() -> None:
     with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
         for system in SYSTEMS:
-            conn.execute(f"DROP DATABASE IF EXISTS lq_cmp_{system} WITH (FORCE)")
-            conn.execute(f"CREATE DATABASE lq_cmp_{system}")
+            conn.execute(f'DROP DATABASE IF EXISTS "{DB_PREFIX}{system}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{DB_PREFIX}{system}"')
     for system in SYSTEMS:
-        log(f"installing {system}'s schema into lq_cmp_{system}")
+        log(f"installing {system}'s schema into {DB_PREFIX}{system}")
         subprocess.run(
             [*driver(system), "setup", "--dsn", dsn(system)],
             check=True,

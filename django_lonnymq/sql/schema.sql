@@ -174,6 +174,24 @@ CREATE TABLE lonnymq_wake (
 CREATE UNIQUE INDEX lonnymq_wake_channel_xact_uniq ON lonnymq_wake (channel_id, xact);
 CREATE INDEX lonnymq_wake_queue_idx ON lonnymq_wake (queue, dequeue_at);
 
+-- Releases counted away from the channel row: a dequeue that leases messages of a channel
+-- another dequeuer holds (lonnymq_dequeue_held_v1) cannot add them to the row's
+-- released_total without waiting for that dequeuer. It adds them here instead, to its own
+-- row (one per channel and server backend, so no two running transactions write the same
+-- row); the reaper folds the rows of backends that are gone into released_total. A channel's
+-- count is released_total plus its rows here.
+CREATE TABLE lonnymq_release_count (
+    channel_id  bigint  NOT NULL,
+    backend     integer NOT NULL,
+    released    bigint  NOT NULL,
+    PRIMARY KEY (channel_id, backend)
+) WITH (
+    fillfactor = 50,
+    autovacuum_vacuum_scale_factor = 0.0,
+    autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_cost_delay = 0
+);
+
 CREATE TABLE lonnymq_dead_message (
     id            bigint      PRIMARY KEY,
     channel_id    bigint      NULL REFERENCES lonnymq_channel (id) ON DELETE SET NULL,
@@ -315,6 +333,13 @@ CREATE FUNCTION lonnymq_lock_ns_v1() RETURNS integer
 LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$ SELECT 1280135473 $$;
+
+-- A second namespace, for leases taken without the channel row (lonnymq_dequeue_held_v1):
+-- such a dequeue holds it shared; a change of the channel's limits waits for it exclusively.
+CREATE FUNCTION lonnymq_lease_lock_ns_v1() RETURNS integer
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT 1280135474 $$;
 
 CREATE FUNCTION lonnymq_lock_key_v1(p_channel_id bigint) RETURNS integer
 LANGUAGE sql IMMUTABLE
@@ -918,13 +943,144 @@ $$;
 -- Dequeue
 -- ---------------------------------------------------------------------------------------
 
+-- A dequeue that found no due channel it could lock: every due channel is held by another
+-- dequeuer (or waiting on one's row made lonnymq_dequeue_v1 give up). The due channels that
+-- have no limit (no concurrency cap, no release interval, no token bucket, not paused) are
+-- served anyway: their next ready messages are leased through SKIP LOCKED on the message
+-- rows alone, without the channel row, so a busy channel has as many dequeuers at once as
+-- there are workers. Nothing on such a channel's row depends on one release: its holder still moves
+-- its turn (and parks it only after a look at its messages), and the count goes to
+-- lonnymq_release_count. Round robin is not at stake: every due channel is being served at
+-- this moment (docs/locking.md). The batch is split evenly across the channels in their
+-- round-robin order (weights are not at stake either). Never waits.
+CREATE FUNCTION lonnymq_dequeue_held_v1(
+    p_queue      text,
+    p_batch_size integer,
+    p_now        bigint,
+    p_lease_ms   bigint,
+    p_worker     text,
+    p_token      uuid
+) RETURNS TABLE (
+    id bigint, channel text, payload jsonb, attempts integer, max_attempts integer,
+    priority smallint, dedup_key text, enqueued_at timestamptz, lease_token uuid, lease_until bigint
+)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_seen    bigint[];
+    v_ch_ids  bigint[];
+    v_msg_ids bigint[];
+    v_share   integer;
+BEGIN
+    -- Due channels without limits, in round-robin order, read without a lock: due by their
+    -- turn, or by a committed wake-up mark that another dequeuer is applying right now.
+    SELECT pg_catalog.array_agg(d.id ORDER BY d.at, d.turn) INTO v_seen
+      FROM (SELECT DISTINCT ON (x.id) x.id, x.at, x.turn
+              FROM ((SELECT c.id, c.next_dequeue_at AS at, c.turn FROM lonnymq_channel c
+                      WHERE c.queue = p_queue
+                        AND c.next_dequeue_at <= p_now
+                        AND c.next_dequeue_at IS NOT NULL
+                        AND NOT c.paused
+                        AND (c.max_concurrency IS NULL OR c.in_flight < c.max_concurrency)
+                        AND c.max_concurrency IS NULL
+                        AND c.release_interval_ms = 0
+                        AND c.rate_count IS NULL
+                      ORDER BY c.next_dequeue_at, c.turn
+                      LIMIT p_batch_size)
+                    UNION ALL
+                    (SELECT c.id, w.dequeue_at AS at, c.turn FROM lonnymq_wake w
+                       JOIN lonnymq_channel c ON c.id = w.channel_id
+                      WHERE w.queue = p_queue
+                        AND w.dequeue_at <= p_now
+                        AND NOT c.paused
+                        AND c.max_concurrency IS NULL
+                        AND c.release_interval_ms = 0
+                        AND c.rate_count IS NULL
+                      ORDER BY w.dequeue_at
+                      LIMIT p_batch_size)) x
+             ORDER BY x.id, x.at) d;
+    IF v_seen IS NULL THEN
+        RETURN;
+    END IF;
+    -- Say that leases without the row are being taken (a change of the channel's limits
+    -- waits for this transaction), then read the limits again in a new statement, whose
+    -- snapshot is taken after the lock: a limit set meanwhile is seen, or its change waits.
+    -- (Only the limits: a channel's turn says nothing a ready message does not, when it has
+    -- no limit.)
+    SELECT pg_catalog.array_agg(u.id ORDER BY u.ord) INTO v_seen
+      FROM pg_catalog.unnest(v_seen) WITH ORDINALITY AS u(id, ord)
+     WHERE pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq_lease_lock_ns_v1(), lonnymq_lock_key_v1(u.id));
+    SELECT pg_catalog.array_agg(u.id ORDER BY u.ord) INTO v_ch_ids
+      FROM pg_catalog.unnest(v_seen) WITH ORDINALITY AS u(id, ord)
+      JOIN lonnymq_channel c ON c.id = u.id AND c.id = ANY (v_seen)
+     WHERE NOT c.paused
+       AND c.max_concurrency IS NULL
+       AND c.release_interval_ms = 0
+       AND c.rate_count IS NULL;
+    IF v_ch_ids IS NULL THEN
+        RETURN;
+    END IF;
+    v_share := pg_catalog.ceil(p_batch_size::numeric / pg_catalog.cardinality(v_ch_ids)::numeric)::integer;
+
+    SELECT pg_catalog.array_agg(x.id ORDER BY x.rank, x.ord) INTO v_msg_ids
+      FROM (
+        SELECT m.id, m.rank, p.ord
+          FROM pg_catalog.unnest(v_ch_ids) WITH ORDINALITY AS p(channel_id, ord)
+          CROSS JOIN LATERAL (
+              SELECT q.id, pg_catalog.row_number() OVER (ORDER BY q.dequeue_at, q.id) AS rank
+                FROM (SELECT mm.id, mm.dequeue_at
+                        FROM lonnymq_message mm
+                       WHERE mm.channel_id = p.channel_id
+                         AND mm.lease_until IS NULL
+                         AND mm.dequeue_at <= p_now
+                       ORDER BY mm.dequeue_at, mm.id
+                       LIMIT v_share
+                         FOR UPDATE OF mm SKIP LOCKED) q
+          ) m
+         ORDER BY m.rank, p.ord
+         LIMIT p_batch_size
+      ) x;
+    IF v_msg_ids IS NULL THEN
+        RETURN;
+    END IF;
+
+    -- Lease them, and count them on this backend's own rows (no other running transaction
+    -- writes those, so the upsert never waits).
+    WITH leased AS (
+        UPDATE lonnymq_message m
+           SET lease_until = p_now + p_lease_ms,
+               lease_token = p_token,
+               leased_by = p_worker,
+               attempts = m.attempts + 1,
+               slot_taken = false
+         WHERE m.id = ANY (v_msg_ids)
+        RETURNING m.channel_id
+    )
+    INSERT INTO lonnymq_release_count AS r (channel_id, backend, released)
+    SELECT l.channel_id, pg_catalog.pg_backend_pid(), pg_catalog.count(*)
+      FROM leased l GROUP BY l.channel_id
+    ON CONFLICT (channel_id, backend) DO UPDATE SET released = r.released + excluded.released;
+
+    RETURN QUERY
+        SELECT m.id, ch.name, m.payload, m.attempts, m.max_attempts, m.priority, m.dedup_key,
+               m.enqueued_at, m.lease_token, m.lease_until
+          FROM pg_catalog.unnest(v_msg_ids) WITH ORDINALITY AS o(id, pos)
+          JOIN lonnymq_message m ON m.id = o.id
+          JOIN lonnymq_channel ch ON ch.id = m.channel_id
+         ORDER BY o.pos;
+END
+$$;
+
 -- Lease up to p_batch_size messages of one queue, round robin across its channels.
 -- Picks up to p_batch_size eligible channels (SKIP LOCKED), splits the batch fairly across
 -- them (capped by free concurrency slots and rate limits: a release interval releases one,
 -- a token bucket as many as it holds tokens), leases each picked channel's first ready
 -- messages, and moves every picked channel to its next turn. A channel of weight w takes w
 -- messages per round. Rows come back in round-robin order: the first round of each channel
--- in pick order, then the second, and so on.
+-- in pick order, then the second, and so on. When every due channel is held by another
+-- dequeuer, the call leases messages of those without limits without their rows
+-- (lonnymq_dequeue_held_v1).
 CREATE FUNCTION lonnymq_dequeue_v1(
     p_queue        text,
     p_batch_size   integer DEFAULT 1,
@@ -991,8 +1147,8 @@ BEGIN
     --    producers' foreign-key checks hold on the channel row.
     --    SKIP LOCKED does not apply where PostgreSQL follows a channel row's update chain
     --    ("while locking updated version of tuple"): two dequeuers can then wait on each
-    --    other until deadlock_timeout (1 s) kills one. A short lock timeout turns that into
-    --    an empty batch after 20 ms; the worker simply asks again.
+    --    other until deadlock_timeout (1 s) kills one. A short lock timeout ends that wait
+    --    after 20 ms; the call then serves the held channels, as when it finds none free.
     --    room: what the channel's limits let it release now. level: a token bucket's fill
     --    now (in token x period units; one release costs rate_period_ms of them), refilled
     --    at rate_count units per ms since the last release, up to rate_burst tokens.
@@ -1042,12 +1198,17 @@ BEGIN
                FOR NO KEY UPDATE OF c SKIP LOCKED
           ) p;
     EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
-        PERFORM pg_catalog.set_config('lock_timeout', v_lock_timeout, true);
-        RETURN;
+        v_ch_ids := NULL;
     END;
     PERFORM pg_catalog.set_config('lock_timeout', v_lock_timeout, true);
     v_n := coalesce(pg_catalog.cardinality(v_ch_ids), 0);
     IF v_n = 0 THEN
+        -- No due channel we could lock: the others' dequeuers hold them (or none is due).
+        -- Those without limits are served without their rows.
+        RETURN QUERY
+            SELECT h.id, h.channel, h.payload, h.attempts, h.max_attempts, h.priority, h.dedup_key,
+                   h.enqueued_at, h.lease_token, h.lease_until
+              FROM lonnymq_dequeue_held_v1(p_queue, p_batch_size, v_now, p_lease_ms, p_worker, v_token) h;
         RETURN;
     END IF;
 
@@ -1567,6 +1728,7 @@ DECLARE
     v_dead     bigint[];
     v_back     bigint[];
     v_back_at  bigint[];
+    v_counts   bigint[];
 BEGIN
     PERFORM lonnymq_check_range_v1('limit', p_limit::bigint, 1::bigint, 100000::bigint, false);
     PERFORM lonnymq_check_range_v1('dedup_window', p_dedup_window_ms, 0::bigint, 31622400000::bigint, true);
@@ -1598,6 +1760,28 @@ BEGIN
     END IF;
     IF v_back IS NOT NULL THEN
         PERFORM lonnymq_unlease_v1(v_back, v_back_at, 'lease expired', false, p_tolerance_ms);
+    END IF;
+
+    -- Releases counted away from the channel rows by backends that are gone: into their
+    -- channels' released_total (rows and channels this call can lock without waiting).
+    WITH gone AS (
+        DELETE FROM lonnymq_release_count r
+         WHERE (r.channel_id, r.backend) IN (
+             SELECT rr.channel_id, rr.backend FROM lonnymq_release_count rr
+               JOIN lonnymq_channel c ON c.id = rr.channel_id
+              WHERE rr.backend NOT IN (SELECT a.pid FROM pg_catalog.pg_stat_activity a WHERE a.pid IS NOT NULL)
+              LIMIT p_limit
+                FOR UPDATE OF rr SKIP LOCKED
+                FOR NO KEY UPDATE OF c SKIP LOCKED)
+        RETURNING r.channel_id, r.released
+    )
+    SELECT pg_catalog.array_agg(g.channel_id ORDER BY g.channel_id), pg_catalog.array_agg(g.n ORDER BY g.channel_id)
+      INTO v_channels, v_counts
+      FROM (SELECT gone.channel_id, pg_catalog.sum(gone.released)::bigint AS n FROM gone GROUP BY gone.channel_id) g;
+    IF v_channels IS NOT NULL THEN
+        UPDATE lonnymq_channel c SET released_total = c.released_total + u.n
+          FROM ROWS FROM (pg_catalog.unnest(v_channels), pg_catalog.unnest(v_counts)) AS u(id, n)
+         WHERE c.id = u.id AND c.id = ANY (v_channels);
     END IF;
 
     IF p_dedup_window_ms IS NOT NULL THEN
@@ -1869,6 +2053,10 @@ BEGIN
     PERFORM lonnymq_check_names_v1(p_queue, p_channel);
     v_id := lonnymq_channel_id_v1(p_queue, p_channel);
     SELECT * INTO v_old FROM lonnymq_channel c WHERE c.id = v_id FOR NO KEY UPDATE;
+    -- Dequeues that lease this channel's messages without its row (lonnymq_dequeue_held_v1)
+    -- hold this lock shared and read the limits after taking it: wait for those running, so
+    -- the leases counted below include theirs and later ones see the new limits.
+    PERFORM pg_catalog.pg_advisory_xact_lock(lonnymq_lease_lock_ns_v1(), lonnymq_lock_key_v1(v_id));
     v_max := CASE WHEN coalesce(p_unlimited, false) THEN NULL
                   ELSE coalesce(p_max_concurrency, v_old.max_concurrency) END;
     v_interval := coalesce(p_release_interval_ms, v_old.release_interval_ms);
@@ -1935,6 +2123,7 @@ BEGIN
     -- Its wake-up marks too: dequeues apply marks through the channel row, so a deleted
     -- channel's marks would otherwise stay forever.
     DELETE FROM lonnymq_wake w WHERE w.channel_id = p_id;
+    DELETE FROM lonnymq_release_count r WHERE r.channel_id = p_id;
     DELETE FROM lonnymq_channel c WHERE c.id = p_id;
     RETURN 'deleted';
 END
@@ -2114,7 +2303,7 @@ $$;
 -- i.e. one index entry per waiting message of the queue (index-only when the visibility
 -- map allows); in_flight walks the lease index (messages in flight only); dead walks the
 -- (queue, died_at) index. No scan of the message table's heap by channel. released_total
--- is the sum of the channel rows' counters (read with the channel rows, no extra walk).
+-- is the sum of the channel rows' counters and of lonnymq_release_count (a small table).
 CREATE FUNCTION lonnymq_queue_stats_v1(p_queues text[] DEFAULT NULL)
 RETURNS SETOF lonnymq_queue_sample
 LANGUAGE sql VOLATILE
@@ -2123,7 +2312,10 @@ AS $$
     WITH now_ms AS (
         SELECT lonnymq_now_ms_v1() AS v
     ), ch AS (
-        SELECT c.id, c.queue, c.paused, c.released_total FROM lonnymq_channel c
+        SELECT c.id, c.queue, c.paused, c.released_total + coalesce(r.n, 0::bigint) AS released_total
+          FROM lonnymq_channel c
+          LEFT JOIN (SELECT rc.channel_id, pg_catalog.sum(rc.released)::bigint AS n FROM lonnymq_release_count rc
+                      GROUP BY rc.channel_id) r ON r.channel_id = c.id
          WHERE p_queues IS NULL OR c.queue = ANY (p_queues)
     ), waiting AS (
         SELECT ch.queue, pg_catalog.count(*) AS channels, pg_catalog.count(*) FILTER (WHERE ch.paused) AS paused_channels,
@@ -2176,7 +2368,10 @@ AS $$
     WITH now_ms AS (
         SELECT lonnymq_now_ms_v1() AS v
     ), ch AS (
-        SELECT c.id, c.queue, c.paused, c.released_total FROM lonnymq_channel c
+        SELECT c.id, c.queue, c.paused, c.released_total + coalesce(r.n, 0::bigint) AS released_total
+          FROM lonnymq_channel c
+          LEFT JOIN (SELECT rc.channel_id, pg_catalog.sum(rc.released)::bigint AS n FROM lonnymq_release_count rc
+                      GROUP BY rc.channel_id) r ON r.channel_id = c.id
          WHERE p_queues IS NULL OR c.queue = ANY (p_queues)
     ), waiting AS (
         SELECT ch.queue, pg_catalog.count(*) AS channels, pg_catalog.count(*) FILTER (WHERE ch.paused) AS paused_channels,

@@ -54,6 +54,8 @@ RELEASED = {
     "0013_enqueue_task.up.sql": "a43d9492ce8e5eb9e220057110473bb2b4d2bda4cc1505ab95830efb9321e121",
     "0014_running_control.down.sql": "623d6eb1f3436b88baf3e8ae698dd7e5d9cbafe11b04a7084542d2cf6bd2eb3e",
     "0014_running_control.up.sql": "cab6616cb50ca0a5beaece42385829ff242bec36966edb77a36abe925c792da7",
+    "0015_dequeue_held_channels.down.sql": "dc6466b50c06b4fd218f0eeb40a5814b41a1bbcade44f5ef5336dc6913304679",
+    "0015_dequeue_held_channels.up.sql": "c57c2560049229ef9925d086a3a353e643a5c18bee5bebd71c440141357e2650",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
