@@ -17,7 +17,7 @@ from django.conf import settings as django_settings
 from django.db import connections
 from django.utils import timezone
 
-from . import eager, jsontext, limits, sql
+from . import eager, jsontext, limits, sql, tracing
 from .conf import settings, to_ms
 from .durations import duration_ms as _duration_ms
 from .exceptions import InvalidArgument, PayloadError, PriorityWithSchedule, sql_errors
@@ -260,7 +260,9 @@ def enqueue(
         "max_attempts": attempts,
         **_common(),
     }
-    message_id = int(_call(using, "enqueue", params))
+    with tracing.enqueuing(queue, channel, _alias(using)) as traced:
+        message_id = int(_call(using, "enqueue", params))
+        traced([message_id])
     if eager.enabled():
         eager.after_enqueue(queue, [message_id], _alias(using))
     return message_id
@@ -335,7 +337,9 @@ def enqueue_many(
         "default_max_attempts": default_attempts,
         **_common(),
     }
-    ids = [int(i) for i in _call_with_arrays(using, "enqueue_many", params)]
+    with tracing.enqueuing(queue, None, _alias(using)) as traced:
+        ids = [int(i) for i in _call_with_arrays(using, "enqueue_many", params)]
+        traced(ids)
     if eager.enabled():
         eager.after_enqueue(queue, ids, _alias(using))
     return ids

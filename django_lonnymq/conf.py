@@ -64,6 +64,9 @@ DEFAULTS: dict[str, Any] = {
     "SAMPLE_INTERVAL": timedelta(minutes=1),
     # Samples older than this are dropped when a sample is recorded. 1 min to 366 days.
     "SAMPLE_KEEP": timedelta(hours=24),
+    # OpenTelemetry spans around enqueue and handler runs, when opentelemetry is installed
+    # (the otel extra) and a tracer provider records them; False: never (django_lonnymq.tracing).
+    "TRACING": True,
     # The worker's console log lines (when the project's LOGGING gives django_lonnymq no
     # handler): a logging format string, and the dotted path of the logging.Formatter class
     # that formats them (given the format as its first argument). docs/admin.md, "Logs".

@@ -8,6 +8,7 @@ Outcomes (the ``outcome`` label of ``lonnymq_worker_messages_total``): ``acked``
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -16,6 +17,9 @@ if TYPE_CHECKING:
     from .worker import Outcome, Worker
 
 logger = logging.getLogger("django_lonnymq.worker")
+
+# Trace contexts of messages that are gone are dropped after this many seconds.
+TRACE_PRUNE_EVERY = 60.0
 
 OUTCOMES = ("acked", "retried", "dead", "timed_out", "cancelled", "lease_lost")
 
@@ -30,14 +34,40 @@ class Observer:
 
     def __init__(self, worker: Worker, metrics: WorkerMetrics | None = None):
         from .sampling import Sampler
+        from .tracing import Consumer
 
         self.worker = worker
         self.metrics = metrics
         self.sampler = Sampler(worker)
+        self.tracing = Consumer()
+        self._next_prune = 0.0
 
     def tick(self) -> None:
-        """The worker's maintenance step (control thread, its connection): samples when due."""
+        """The worker's maintenance step (control thread, its connection): samples when due,
+        and trace contexts of messages that are gone dropped once a minute."""
         self.sampler.tick()
+        now = time.monotonic()
+        if now >= self._next_prune:
+            self._next_prune = now + TRACE_PRUNE_EVERY
+            with self.worker._lock:
+                held = set(self.worker._running)
+            self.tracing.forget(held)
+            self._quietly("drop old trace contexts", "trace_prune", {"older_than_s": TRACE_PRUNE_EVERY})
+
+    def _quietly(self, what: str, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """A statement of the worker's that must never stop it (a lost connection is raised)."""
+        try:
+            return self.worker._execute(name, params)
+        except Exception as exc:
+            if self.worker._connection_is_lost(exc):
+                raise
+            logger.warning("worker %s could not %s: %s", self.worker.name, what, exc)
+            return []
+
+    def fetched(self, ids: list[int]) -> None:
+        """Leased, not started yet: load the trace contexts their producers stored."""
+        if ids and self.tracing.active():
+            self.tracing.loaded(self._quietly("load trace contexts", "trace_load", {"ids": ids}))
 
     def _count(self, message: Message, outcome: str) -> None:
         if self.metrics is not None:
@@ -46,12 +76,24 @@ class Observer:
     # -- handler runs (handler threads) ---------------------------------------------------
 
     def handler_started(self, message: Message) -> None:
+        """In the thread (or task) that runs the handler, right before it runs."""
         if self.metrics is not None:
             self.metrics.started(message.queue)
+        try:
+            self.tracing.started(message)
+        except Exception:  # a tracing SDK's error must not cost the message its run
+            logger.exception("could not start the span of message %s", message.id)
 
-    def handler_finished(self, message: Message, seconds: float) -> None:
+    def handler_finished(self, message: Message, seconds: float, outcome: Outcome | None = None) -> None:
+        """In the same thread (or task), right after; ``outcome`` is what the run asks for."""
         if self.metrics is not None:
             self.metrics.finished(message.queue, seconds)
+        try:
+            self.tracing.finished(
+                message, outcome.action if outcome else None, outcome.error if outcome else None
+            )
+        except Exception:
+            logger.exception("could not end the span of message %s", message.id)
 
     # -- outcomes as the database recorded them (control thread) --------------------------
 

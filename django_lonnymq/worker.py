@@ -483,6 +483,7 @@ class Worker:
                 logger.warning("dequeue of queue %s works again", queue_name)
                 del self._queue_backoff[queue_name]
                 self._queue_retry_at.pop(queue_name, None)
+            self.observer.fetched([row[0] for row in rows])
             for row in rows:
                 self._dispatch(queue_name, row)
             got += len(rows)
@@ -639,7 +640,7 @@ class Worker:
                 outcome = Outcome(
                     message, "fail", error=f"worker error around the handler: {type(exc).__name__}"
                 )
-            self.observer.handler_finished(message, time.monotonic() - began)
+            self.observer.handler_finished(message, time.monotonic() - began, outcome)
             self._current.pop(me, None)
             self._outcomes.put(outcome)
             self._wake()
@@ -746,7 +747,7 @@ class Worker:
             self.stats.handler_crashes += 1
             logger.critical("event loop crashed around message %s: %s", message.id, type(exc).__name__)
             outcome = Outcome(message, "fail", error=f"worker error around the handler: {type(exc).__name__}")
-        self.observer.handler_finished(message, time.monotonic() - began)
+        self.observer.handler_finished(message, time.monotonic() - began, outcome)
         self._outcomes.put(outcome)
         self._wake()
 

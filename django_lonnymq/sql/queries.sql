@@ -156,3 +156,20 @@ SELECT added, changed, removed
 -- name: record_samples_due
 -- Workers: one sample per queue when none is newer than the interval (one recorder at a time).
 SELECT lonnymq_record_samples_due_v1(%(interval_ms)s::bigint, %(keep_ms)s::bigint)
+
+-- name: trace_store
+-- The trace context of messages enqueued inside a recording span (the first enqueue of a
+-- dedup key keeps its own).
+INSERT INTO lonnymq_trace (message_id, context)
+SELECT i.id, %(context)s::jsonb FROM pg_catalog.unnest(%(ids)s::bigint[]) AS i(id)
+ON CONFLICT (message_id) DO NOTHING
+
+-- name: trace_load
+SELECT t.message_id, t.context FROM lonnymq_trace t WHERE t.message_id = ANY (%(ids)s::bigint[])
+
+-- name: trace_prune
+-- Trace contexts of messages that are gone (acked, dead, cancelled), kept a while for the
+-- worker that still runs them.
+DELETE FROM lonnymq_trace t
+ WHERE t.created_at < pg_catalog.now() - pg_catalog.make_interval(secs => %(older_than_s)s::double precision)
+   AND NOT EXISTS (SELECT 1 FROM lonnymq_message m WHERE m.id = t.message_id)

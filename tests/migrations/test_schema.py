@@ -56,6 +56,8 @@ RELEASED = {
     "0014_running_control.up.sql": "cab6616cb50ca0a5beaece42385829ff242bec36966edb77a36abe925c792da7",
     "0015_dequeue_held_channels.down.sql": "dc6466b50c06b4fd218f0eeb40a5814b41a1bbcade44f5ef5336dc6913304679",
     "0015_dequeue_held_channels.up.sql": "c57c2560049229ef9925d086a3a353e643a5c18bee5bebd71c440141357e2650",
+    "0016_trace.down.sql": "ffcffd1caf9334c00c74797351e5040a44cfec11f82e8dca7f1349e39c7ad90c",
+    "0016_trace.up.sql": "591d653c815d112fee522841ba61e20167830f265fa3a8ed51726ea2d196f3de",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

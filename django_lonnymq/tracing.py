@@ -1,0 +1,161 @@
+"""OpenTelemetry spans (optional: the ``otel`` extra, ``opentelemetry-api``).
+
+- Enqueue: a ``<queue> publish`` span (kind PRODUCER) around ``enqueue``/``enqueue_many``.
+  When it records, its context (W3C ``traceparent``/``tracestate``, through the configured
+  propagator) is stored beside the messages in ``lonnymq_trace``, in the caller's transaction.
+- Handling: a ``<queue> process`` span (kind CONSUMER) around each handler run, a child of
+  the enqueue span, in the worker process; current while the handler runs, so the handler's
+  own spans nest under it. A run that does not end in an ack sets the span's status to error.
+
+Nothing is imported, and nothing is written, unless opentelemetry can be imported and
+``LONNYMQ_TRACING`` is true (the default); with the API but no SDK configured the spans do
+not record, and no trace context is stored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .conf import settings
+
+if TYPE_CHECKING:
+    from .message import Message
+
+logger = logging.getLogger("django_lonnymq.tracing")
+
+SYSTEM = "lonnymq"
+_unavailable = False
+
+
+def _otel() -> Any:
+    """The opentelemetry modules, or None when tracing is off or the package is absent."""
+    global _unavailable
+    if _unavailable or not settings.TRACING:
+        return None
+    try:
+        from opentelemetry import context, propagate, trace
+    except ImportError:
+        _unavailable = True
+        return None
+    return _Otel(context, propagate, trace)
+
+
+class _Otel:
+    def __init__(self, context: Any, propagate: Any, trace: Any):
+        self.context, self.propagate, self.trace = context, propagate, trace
+
+    def tracer(self) -> Any:
+        return self.trace.get_tracer("django_lonnymq")
+
+
+def _ignore(ids: Sequence[int]) -> None:
+    return None
+
+
+@contextlib.contextmanager
+def enqueuing(queue: str, channel: str | None, using: str) -> Iterator[Callable[[Sequence[int]], None]]:
+    """Around an enqueue: yields a function to call with the new ids (stores the context)."""
+    otel = _otel()
+    if otel is None:
+        yield _ignore
+        return
+    attributes = {
+        "messaging.system": SYSTEM,
+        "messaging.destination.name": queue,
+        "messaging.operation.type": "send",
+    }
+    if channel is not None:
+        attributes["messaging.lonnymq.channel"] = channel
+    with otel.tracer().start_as_current_span(
+        f"{queue} publish", kind=otel.trace.SpanKind.PRODUCER, attributes=attributes
+    ) as span:
+
+        def remember(ids: Sequence[int]) -> None:
+            if len(ids) == 1:
+                span.set_attribute("messaging.message.id", str(ids[0]))
+            span.set_attribute("messaging.batch.message_count", len(ids))
+            if not ids or not span.is_recording():
+                return
+            carrier: dict[str, str] = {}
+            otel.propagate.inject(carrier)
+            if carrier:
+                _store(using, list(ids), carrier)
+
+        yield remember
+
+
+def _store(using: str, ids: list[int], carrier: dict[str, str]) -> None:
+    from django.db import connections
+
+    from . import sql
+    from .exceptions import sql_errors
+
+    with sql_errors(), connections[using].cursor() as cursor:
+        cursor.execute(sql.query("trace_store"), {"ids": ids, "context": json.dumps(carrier)})
+
+
+class Consumer:
+    """One worker's side: loads the stored contexts of leased messages, spans their runs."""
+
+    def __init__(self) -> None:
+        self.contexts: dict[int, dict[str, str]] = {}
+        self.runs: dict[int, tuple[Any, Any]] = {}
+
+    @staticmethod
+    def active() -> bool:
+        return _otel() is not None
+
+    def loaded(self, rows: Sequence[tuple[Any, Any]]) -> None:
+        for message_id, context in rows:
+            if isinstance(context, str):
+                context = json.loads(context)
+            if isinstance(context, dict):
+                self.contexts[int(message_id)] = {str(k): str(v) for k, v in context.items()}
+
+    def started(self, message: Message) -> None:
+        otel = _otel()
+        if otel is None:
+            return
+        parent = otel.propagate.extract(self.contexts.get(message.id, {}))
+        span = otel.tracer().start_span(
+            f"{message.queue} process",
+            context=parent,
+            kind=otel.trace.SpanKind.CONSUMER,
+            attributes={
+                "messaging.system": SYSTEM,
+                "messaging.destination.name": message.queue,
+                "messaging.operation.type": "process",
+                "messaging.message.id": str(message.id),
+                "messaging.lonnymq.channel": message.channel,
+                "messaging.lonnymq.attempt": message.attempt,
+            },
+        )
+        token = otel.context.attach(otel.trace.set_span_in_context(span))
+        self.runs[message.id] = (span, token)
+
+    def finished(self, message: Message, action: str | None, error: str | None) -> None:
+        run = self.runs.pop(message.id, None)
+        if run is None:
+            return
+        otel = _otel()
+        span, token = run
+        try:
+            if otel is not None:
+                span.set_attribute("messaging.lonnymq.outcome", action or "unknown")
+                if action not in ("ack", None):
+                    lines = (error or action or "").strip().splitlines()
+                    span.set_status(
+                        otel.trace.Status(otel.trace.StatusCode.ERROR, lines[-1] if lines else action)
+                    )
+                otel.context.detach(token)
+        finally:
+            span.end()
+
+    def forget(self, keep: set[int]) -> None:
+        """Drop the contexts of messages no longer held."""
+        for message_id in [i for i in self.contexts if i not in keep]:
+            del self.contexts[message_id]
