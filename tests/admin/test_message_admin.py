@@ -98,12 +98,18 @@ def test_run_now_makes_a_scheduled_message_ready(admin_client: Client, states: d
     assert Message.objects.get(pk=states["in_flight"]).state == "in_flight"
 
 
-def test_cancel_deletes_messages_not_in_flight(admin_client: Client, states: dict[str, int]) -> None:
-    admin_client.post(
-        MESSAGES, {"action": "cancel", ACTION_CHECKBOX_NAME: [states["ready"], states["in_flight"]]}
+def test_cancel_deletes_waiting_messages_and_marks_running_ones(
+    admin_client: Client, states: dict[str, int]
+) -> None:
+    response = admin_client.post(
+        MESSAGES,
+        {"action": "cancel", ACTION_CHECKBOX_NAME: [states["ready"], states["in_flight"]]},
+        follow=True,
     )
     assert not Message.objects.filter(pk=states["ready"]).exists()
-    assert Message.objects.filter(pk=states["in_flight"]).exists()
+    running = Message.objects.get(pk=states["in_flight"])
+    assert running.cancel_requested and running.lease_token is not None  # still its worker's
+    assert "1 waiting messages cancelled; 1 running ones will be stopped" in response.content.decode()
 
 
 def test_view_only_staff_cannot_run_now_or_cancel(viewer_client: Client, states: dict[str, int]) -> None:
