@@ -81,15 +81,40 @@ def attacker(dsn: str) -> Iterator[str]:
     admin.execute(pgsql.SQL("CREATE ROLE {} NOLOGIN").format(ident))
     admin.execute(pgsql.SQL("GRANT CREATE, USAGE ON SCHEMA public TO {}").format(ident))
     try:
-        with admin.transaction():
-            admin.execute(pgsql.SQL("SET LOCAL ROLE {}").format(ident))
-            _plant(admin)
+        # In transactions of a few hundred statements: thousands of objects created in one
+        # transaction would each hold a lock until its end, more than a server's shared lock
+        # table holds (max_locks_per_transaction) when other databases are busy too.
+        admin.execute(pgsql.SQL("SET ROLE {}").format(ident))
+        chunked = _Chunked(admin)
+        _plant(chunked)  # type: ignore[arg-type]
+        chunked.finish()
+        admin.execute("RESET ROLE")
         yield role
     finally:
         admin.execute("RESET ROLE")
         admin.execute(pgsql.SQL("DROP OWNED BY {} CASCADE").format(ident))
         admin.execute(pgsql.SQL("DROP ROLE {}").format(ident))
         admin.close()
+
+
+class _Chunked:
+    """An autocommit connection that groups its statements in transactions of ``size``."""
+
+    def __init__(self, conn: psycopg.Connection, size: int = 300):
+        self.conn, self.size, self.done = conn, size, 0
+
+    def execute(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if self.done % self.size == 0:
+            if self.done:
+                self.conn.execute("COMMIT")
+            self.conn.execute("BEGIN")
+        self.done += 1
+        result = self.conn.execute(*args, **kwargs)
+        return result
+
+    def finish(self) -> None:
+        if self.done:
+            self.conn.execute("COMMIT")
 
 
 def _role_exists(conn: psycopg.Connection, role: str) -> bool:
