@@ -371,12 +371,20 @@ class SyncResult:
     removed: int
 
 
-def sync(conn: Any, found: Iterable[Declaration] | None = None) -> SyncResult:
-    """Make the table's code-declared schedules those of ``found`` (default: this process's)."""
+def sync(
+    conn: Any, found: Iterable[Declaration] | None = None, queues: Sequence[str] | None = None
+) -> SyncResult:
+    """Make the table's code-declared schedules those of ``found`` (default: this process's).
+
+    New and changed declarations are written whatever their queue; a declared row no longer
+    declared is deleted only if its queue is one of ``queues`` (None: any queue), so workers
+    whose code declares different schedules do not delete each other's.
+    """
     chosen = list(declarations() if found is None else found)
     with sql_errors(), conn.transaction():
         now_ms = int(conn.execute(sql.query("now_ms")).fetchone()[0])
         params = {
+            "queues": None if queues is None else list(queues),
             "names": [d.name for d in chosen],
             "declared": [json.dumps(d.declared(), sort_keys=True) for d in chosen],
             "next_tick_ats": [d.timing.next_after(now_ms) for d in chosen],
@@ -472,7 +480,7 @@ class Ticker:
                 self._warned = True
             self.synced = True
             return
-        result = sync(conn)
+        result = sync(conn, queues=self.queues)
         self.synced = True
         logger.info(
             "periodic schedules synced: %d declared (%d added, %d changed, %d removed)",

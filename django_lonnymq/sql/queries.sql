@@ -151,7 +151,8 @@ SELECT lonnymq_fire_schedule_v1(%(id)s::bigint, %(claimed_at)s::bigint, %(ticks)
 
 -- name: sync_schedules
 SELECT added, changed, removed
-  FROM lonnymq_sync_schedules_v1(%(names)s::text[], %(declared)s::jsonb[], %(next_tick_ats)s::bigint[])
+  FROM lonnymq_sync_schedules_v2(%(queues)s::text[], %(names)s::text[], %(declared)s::jsonb[],
+                                 %(next_tick_ats)s::bigint[])
 
 -- name: record_samples_due
 -- Workers: one sample per queue when none is newer than the interval (one recorder at a time).

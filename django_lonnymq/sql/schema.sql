@@ -2234,10 +2234,10 @@ BEGIN
         RETURN NULL;
     END IF;
     FOREACH v_tick IN ARRAY coalesce(p_ticks, '{}'::bigint[]) LOOP
-        v_ids := v_ids || lonnymq_enqueue_v1(
+        v_ids := pg_catalog.array_append(v_ids, lonnymq_enqueue_v1(
             v_schedule.queue, v_schedule.channel, v_schedule.payload, v_tick, NULL::bigint, 0,
             'lonnymq.periodic:' || v_schedule.id::text || ':' || v_tick::text,
-            coalesce(v_schedule.max_attempts, p_default_max_attempts), p_priority_step_ms, p_tolerance_ms);
+            coalesce(v_schedule.max_attempts, p_default_max_attempts), p_priority_step_ms, p_tolerance_ms));
     END LOOP;
     UPDATE lonnymq_schedule s
        SET next_tick_at = p_next_tick_at,
@@ -2283,9 +2283,70 @@ BEGIN
     WITH written AS (
         INSERT INTO lonnymq_schedule AS s (name, queue, channel, cron, every_ms, timezone, payload, catch_up,
                                            max_attempts, next_tick_at, declared)
-        SELECT d.name, d.declared->>'queue', d.declared->>'channel', d.declared->>'cron',
-               (d.declared->>'every_ms')::bigint, d.declared->>'timezone', d.declared->'payload',
-               (d.declared->>'catch_up')::integer, (d.declared->>'max_attempts')::integer,
+        SELECT d.name, d.declared OPERATOR(pg_catalog.->>) 'queue'::text,
+               d.declared OPERATOR(pg_catalog.->>) 'channel'::text, d.declared OPERATOR(pg_catalog.->>) 'cron'::text,
+               (d.declared OPERATOR(pg_catalog.->>) 'every_ms'::text)::bigint,
+               d.declared OPERATOR(pg_catalog.->>) 'timezone'::text, d.declared OPERATOR(pg_catalog.->) 'payload'::text,
+               (d.declared OPERATOR(pg_catalog.->>) 'catch_up'::text)::integer,
+               (d.declared OPERATOR(pg_catalog.->>) 'max_attempts'::text)::integer,
+               d.next_tick_at, d.declared
+          FROM ROWS FROM (pg_catalog.unnest(p_names), pg_catalog.unnest(p_declared),
+                         pg_catalog.unnest(p_next_tick_ats)) AS d(name, declared, next_tick_at)
+            ON CONFLICT (name) DO UPDATE
+           SET queue = excluded.queue, channel = excluded.channel, cron = excluded.cron,
+               every_ms = excluded.every_ms, timezone = excluded.timezone, payload = excluded.payload,
+               catch_up = excluded.catch_up, max_attempts = excluded.max_attempts,
+               next_tick_at = excluded.next_tick_at, declared = excluded.declared, last_error = NULL
+         WHERE s.declared IS DISTINCT FROM excluded.declared
+        RETURNING (s.xmax OPERATOR(pg_catalog.=) '0'::xid) AS inserted
+    )
+    SELECT pg_catalog.count(*) FILTER (WHERE w.inserted), pg_catalog.count(*) FILTER (WHERE NOT w.inserted)
+      INTO v_added, v_changed
+      FROM written w;
+    RETURN QUERY SELECT v_added, v_changed, v_removed;
+END
+$$;
+
+-- lonnymq_sync_schedules_v1 scoped to the queues a worker serves (p_queues; NULL: every
+-- queue): a declared row of another queue is never deleted, so workers whose code declares
+-- different schedules (other handler modules) do not undo each other's. What the v1 comment
+-- says holds for the rows of p_queues; new and changed declarations of any queue are written.
+CREATE FUNCTION lonnymq_sync_schedules_v2(p_queues text[], p_names text[], p_declared jsonb[],
+                                          p_next_tick_ats bigint[])
+RETURNS TABLE (added integer, changed integer, removed integer)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_added   integer;
+    v_changed integer;
+    v_removed integer;
+BEGIN
+    PERFORM lonnymq_check_list_v1('queues', pg_catalog.array_ndims(p_queues));
+    PERFORM lonnymq_check_list_v1('names', pg_catalog.array_ndims(p_names));
+    PERFORM lonnymq_check_list_v1('declared', pg_catalog.array_ndims(p_declared));
+    PERFORM lonnymq_check_list_v1('next_tick_ats', pg_catalog.array_ndims(p_next_tick_ats));
+    IF coalesce(pg_catalog.array_length(p_names, 1), 0) <> coalesce(pg_catalog.array_length(p_declared, 1), 0)
+       OR coalesce(pg_catalog.array_length(p_names, 1), 0) <> coalesce(pg_catalog.array_length(p_next_tick_ats, 1), 0) THEN
+        PERFORM lonnymq_raise_invalid_v1('declared', 'must have one entry per name',
+                                         pg_catalog.format('%s names', coalesce(pg_catalog.array_length(p_names, 1), 0)));
+    END IF;
+    PERFORM pg_catalog.pg_advisory_xact_lock(lonnymq_lock_ns_v1(), -160);
+
+    DELETE FROM lonnymq_schedule s
+     WHERE s.declared IS NOT NULL AND NOT (s.name = ANY (coalesce(p_names, '{}'::text[])))
+       AND (p_queues IS NULL OR s.queue = ANY (p_queues));
+    GET DIAGNOSTICS v_removed = ROW_COUNT;
+
+    WITH written AS (
+        INSERT INTO lonnymq_schedule AS s (name, queue, channel, cron, every_ms, timezone, payload, catch_up,
+                                           max_attempts, next_tick_at, declared)
+        SELECT d.name, d.declared OPERATOR(pg_catalog.->>) 'queue'::text,
+               d.declared OPERATOR(pg_catalog.->>) 'channel'::text, d.declared OPERATOR(pg_catalog.->>) 'cron'::text,
+               (d.declared OPERATOR(pg_catalog.->>) 'every_ms'::text)::bigint,
+               d.declared OPERATOR(pg_catalog.->>) 'timezone'::text, d.declared OPERATOR(pg_catalog.->) 'payload'::text,
+               (d.declared OPERATOR(pg_catalog.->>) 'catch_up'::text)::integer,
+               (d.declared OPERATOR(pg_catalog.->>) 'max_attempts'::text)::integer,
                d.next_tick_at, d.declared
           FROM ROWS FROM (pg_catalog.unnest(p_names), pg_catalog.unnest(p_declared),
                          pg_catalog.unnest(p_next_tick_ats)) AS d(name, declared, next_tick_at)

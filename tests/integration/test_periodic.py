@@ -19,6 +19,9 @@ from django_lonnymq import Message, periodic, schedules
 from django_lonnymq.exceptions import InvalidArgument, PayloadError
 from django_lonnymq.models import Schedule
 from django_lonnymq.schedules import Timing, sync, tick
+from tests.integration import test_search_path_attack
+
+attacker = test_search_path_attack.attacker  # the fixture that plants look-alikes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -158,6 +161,20 @@ def test_sync_adds_changes_keeps_and_removes(declared, conn):
     Schedule.objects.create(name="tenant-42", queue=QUEUE, channel="42", every_ms=3_600_000, next_tick_at=1)
     assert sync(conn, only(schedules.declarations(), "b")) == schedules.SyncResult(0, 0, 1)
     assert sorted(Schedule.objects.values_list("name", flat=True)) == ["b", "tenant-42"]
+
+
+def test_a_worker_deletes_only_the_declared_rows_of_its_queues(declared, conn):
+    """Workers whose code declares different schedules (other handler modules) do not undo
+    each other's: a row of a queue the syncing worker does not serve stays."""
+    periodic(every=60, queue=QUEUE, name="mine")(target)
+    periodic(every=60, queue="p_other", name="theirs")(target)
+    assert sync(conn, only(schedules.declarations(), "mine", "theirs")).added == 2
+    # A worker of QUEUE whose code declares neither: it removes its own queue's row only.
+    assert sync(conn, [], queues=[QUEUE]) == schedules.SyncResult(0, 0, 1)
+    assert list(Schedule.objects.values_list("name", flat=True)) == ["theirs"]
+    # Its new declarations of any queue are still written.
+    assert sync(conn, only(schedules.declarations(), "mine"), queues=["p_unrelated"]).added == 1
+    assert sorted(Schedule.objects.values_list("name", flat=True)) == ["mine", "theirs"]
 
 
 def test_concurrent_syncs_agree(declared, connect):
@@ -359,3 +376,28 @@ def test_declared_json_is_stable():
     )
     text = json.dumps(periodic_declaration.declared(), sort_keys=True)
     assert json.loads(text)["every_ms"] == 1000
+
+
+# ---------------------------------------------------------------------------------------
+# Security: look-alike functions and operators planted in public never run
+# ---------------------------------------------------------------------------------------
+
+
+def test_nothing_planted_runs_through_periodic_schedules(declared, attacker, connect):
+    """The attacker of test_search_path_attack plants look-alikes of every built-in the live
+    SQL calls, of the operators, and narrower overloads of the app's functions; syncing,
+    claiming, firing and removing schedules must run none of them."""
+    conn = connect()
+    periodic(every=10, queue=QUEUE, name="attack-a", payload={"n": 1}, catch_up=3)(target)
+    periodic("*/5 * * * *", queue=QUEUE, name="attack-b", timezone="Europe/Paris")(target)
+    assert sync(conn, only(schedules.declarations(), "attack-a", "attack-b")).added == 2
+    a = Schedule.objects.get(name="attack-a")
+    first = a.next_tick_at
+    assert tick(conn, [QUEUE], now_ms=first + 25_000) >= 1
+    of_a = [m[2] for m in messages(conn) if m[1].startswith(f"lonnymq.periodic:{a.id}:")]
+    assert of_a == [first, first + 10_000, first + 20_000]
+    conn.execute("UPDATE lonnymq_schedule SET timezone = 'Nowhere/Else' WHERE name = 'attack-b'")
+    b = Schedule.objects.get(name="attack-b")
+    tick(conn, [QUEUE], now_ms=b.next_tick_at)  # parks it with its error
+    assert Schedule.objects.get(name="attack-b").last_error
+    assert sync(conn, only(schedules.declarations(), "attack-a")).removed == 1

@@ -58,6 +58,8 @@ RELEASED = {
     "0015_dequeue_held_channels.up.sql": "c57c2560049229ef9925d086a3a353e643a5c18bee5bebd71c440141357e2650",
     "0016_trace.down.sql": "ffcffd1caf9334c00c74797351e5040a44cfec11f82e8dca7f1349e39c7ad90c",
     "0016_trace.up.sql": "591d653c815d112fee522841ba61e20167830f265fa3a8ed51726ea2d196f3de",
+    "0017_schedule_hardening.down.sql": "3d3af3a14640003c63d5f21f3a9bab179872e85c337b76a601f420c982baedc5",
+    "0017_schedule_hardening.up.sql": "cebb8450cec008f9c31c2ef68c39ba5b6cca9a712c642f84240c7f5aef9f2a93",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
