@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
 
-from django_lonnymq import Event, publish, publish_many, subscribe
+from django_lonnymq import Event, publish, publish_many, subscribe, topics
 from django_lonnymq.exceptions import InvalidArgument, PayloadError, sql_errors
 from django_lonnymq.models import Message, Subscription, Unrouted
 from django_lonnymq.topics import declared, sync_subscriptions, unsubscribe_declared
@@ -167,7 +167,8 @@ def test_a_subscription_to_a_too_long_queue_name_is_refused_everywhere():
     assert not Subscription.objects.exists()
 
 
-def test_declared_subscriptions_are_written_once():
+def test_declared_subscriptions_are_written_once(monkeypatch):
+    monkeypatch.setattr(topics, "_declared", {})  # only this test's declarations
     subscribe("invoices.paid", queue="ledger")
     subscribe("invoices.paid", queue="emails")
     try:
