@@ -472,6 +472,15 @@ class QueueCollector:
         for sample in samples:
             age.add_metric([sample.queue], sample.oldest_ready_seconds or 0.0)
         yield age
+        live = _live_workers(self.using)
+        workers = GaugeMetricFamily(
+            "lonnymq_live_workers",
+            "Live workers serving the queue (not stopped, heard from within LONNYMQ_WORKER_LOST_AFTER).",
+            labels=["queue"],
+        )
+        for queue in sorted({sample.queue for sample in samples} | set(live)):
+            workers.add_metric([queue], live.get(queue, 0))
+        yield workers
         # Exposed as lonnymq_released_total. The sum falls when a channel is deleted, which
         # Prometheus reads as a counter reset (see docs/admin.md).
         released = CounterMetricFamily(
@@ -483,6 +492,18 @@ class QueueCollector:
         for sample in samples:
             released.add_metric([sample.queue], sample.released_total)
         yield released
+
+
+def _live_workers(using: str | None) -> dict[str, int]:
+    """Live workers per queue they serve, from the workers' rows (docs/admin.md, Workers)."""
+    from django.db import connections
+
+    from . import sql
+    from .workers import lost_after
+
+    with connections[using or settings.DATABASE].cursor() as cursor:
+        cursor.execute(sql.query("live_workers"), {"lost_after_s": lost_after().total_seconds()})
+        return {queue: int(n) for queue, n in cursor.fetchall()}
 
 
 def metrics(request: HttpRequest) -> HttpResponse:

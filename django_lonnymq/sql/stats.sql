@@ -11,3 +11,11 @@ SELECT channel_id, ready, scheduled, in_flight FROM lonnymq_channel_counts_v1(%(
 -- name: estimated_rows
 SELECT lonnymq_estimated_rows_v1(%(table)s::regclass)
 
+
+-- name: live_workers
+-- Workers that are live (not stopped, heard from within the lost-after time) per queue they serve.
+SELECT q.queue, pg_catalog.count(*) AS live
+  FROM lonnymq_worker w CROSS JOIN LATERAL pg_catalog.unnest(w.queues) AS q(queue)
+ WHERE w.stopped_at IS NULL
+   AND w.heartbeat_at >= pg_catalog.now() - pg_catalog.make_interval(secs => %(lost_after_s)s::double precision)
+ GROUP BY q.queue

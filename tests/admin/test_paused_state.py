@@ -55,7 +55,9 @@ def test_resuming_makes_them_ready_again(paused_tenant: dict[str, list[int]]) ->
     assert sample.oldest_ready_seconds is not None and sample.oldest_ready_seconds >= 3500
 
 
-def test_message_list_shows_and_filters_paused(admin_client: Client, paused_tenant: dict[str, list[int]]) -> None:
+def test_message_list_shows_and_filters_paused(
+    admin_client: Client, paused_tenant: dict[str, list[int]]
+) -> None:
     def ids(state: str) -> set[int]:
         response = admin_client.get(MESSAGES, {"state": state})
         assert response.status_code == 200
@@ -73,7 +75,9 @@ def test_message_list_shows_and_filters_paused(admin_client: Client, paused_tena
 def test_dashboard_tile_and_table(admin_client: Client, paused_tenant: dict[str, list[int]]) -> None:
     response = admin_client.get(DASHBOARD, {"queue": QUEUE})
     html = response.content.decode()
-    tile = re.search(r'id="lq-paused"><div class="lq-value">(\d+)</div><div class="lq-label"[^>]*>([^<]*)<', html)
+    tile = re.search(
+        r'id="lq-paused"><div class="lq-value">(\d+)</div><div class="lq-label"[^>]*>([^<]*)<', html
+    )
     assert tile is not None and tile.groups() == ("4", "paused (1 channel)")
     current = response.context["current"]
     assert (current.ready, current.paused) == (1, 4)
@@ -93,7 +97,9 @@ def test_metrics_export_paused_messages(client: Client, paused_tenant: dict[str,
     text = client.get("/metrics/").content.decode()
     assert re.search(rf'^lonnymq_paused_messages{{queue="{QUEUE}"}} 4\.0$', text, re.MULTILINE), text
     assert re.search(rf'^lonnymq_ready_messages{{queue="{QUEUE}"}} 1\.0$', text, re.MULTILINE), text
-    age = re.search(rf'^lonnymq_oldest_ready_age_seconds{{queue="{QUEUE}"}} ([0-9.e+-]+)$', text, re.MULTILINE)
+    age = re.search(
+        rf'^lonnymq_oldest_ready_age_seconds{{queue="{QUEUE}"}} ([0-9.e+-]+)$', text, re.MULTILINE
+    )
     assert age is not None and float(age[1]) < 600
 
 
@@ -117,3 +123,33 @@ def test_health_oldest_ready_ignores_paused_channels(paused_tenant: dict[str, li
     report, error = _health("--max-ready-age", "600")
     assert error is not None and f"queue {QUEUE}: a ready message has been due for" in error
     assert report["queues"][QUEUE]["oldest_ready_s"] >= 3500
+
+
+@pytest.mark.urls("tests.admin.urls")
+def test_metrics_export_live_workers_per_queue(client: Client, paused_tenant: dict[str, list[int]]) -> None:
+    """The "no live worker" alert's gauge: live rows of lonnymq_worker per queue they serve."""
+    import uuid
+
+    from django_lonnymq.models import Worker
+
+    now = timezone.now()
+
+    def row(name: str, queues: list[str], **times: object) -> None:
+        Worker.objects.create(
+            name=name, instance=uuid.uuid4(), host="h", pid=1, queues=queues, concurrency=1,
+            started_at=now - timedelta(hours=1), **{"heartbeat_at": now, **times},
+        )  # fmt: skip
+
+    row("live-1", [QUEUE, "t_other_q"])
+    row("live-2", [QUEUE])
+    row("lost", [QUEUE, "t_unserved"], heartbeat_at=now - timedelta(minutes=10))
+    row("stopped", ["t_unserved"], stopped_at=now)
+    text = client.get("/metrics/").content.decode()
+    for queue, value in [(QUEUE, 2), ("t_other_q", 1)]:
+        assert re.search(rf'^lonnymq_live_workers{{queue="{queue}"}} {value}\.0$', text, re.MULTILINE), text
+    assert (
+        'lonnymq_live_workers{queue="t_unserved"}' not in text
+    )  # no messages, no live worker: not a queue yet
+    api.enqueue("t_unserved", {"n": 1})
+    text = client.get("/metrics/").content.decode()
+    assert re.search(r'^lonnymq_live_workers\{queue="t_unserved"\} 0\.0$', text, re.MULTILINE), text

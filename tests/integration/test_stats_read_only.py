@@ -15,6 +15,7 @@ PARAMS = {
     "queue_stats": {"queues": None},
     "channel_counts": {"ids": [1, 2], "cap": 100},
     "estimated_rows": {"table": "lonnymq_message"},
+    "live_workers": {"lost_after_s": 30.0},
 }
 
 
