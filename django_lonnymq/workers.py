@@ -28,6 +28,9 @@ from django.utils import timezone
 from .conf import settings
 
 if TYPE_CHECKING:
+    from django.db.models import QuerySet
+
+    from .models import Worker as WorkerRow
     from .worker import Worker
 
 logger = logging.getLogger("django_lonnymq.worker")
@@ -45,6 +48,60 @@ def check_name(name: object) -> str:
     from .api import _name
 
     return _name("name", name, MAX_NAME)
+
+
+def with_state(queryset: QuerySet[WorkerRow]) -> QuerySet[WorkerRow]:
+    """Workers annotated with ``lq_state`` (on the database's clock) and ``lq_leases``, the
+    leases their name holds now (through the in-flight index: only leased messages are read)."""
+    from django.db.models import (
+        Case,
+        Count,
+        DateTimeField,
+        ExpressionWrapper,
+        IntegerField,
+        OuterRef,
+        Subquery,
+        Value,
+        When,
+    )
+    from django.db.models.functions import Coalesce, Now
+
+    from .models import Message
+
+    cutoff = ExpressionWrapper(Now() - Value(lost_after()), output_field=DateTimeField())
+    leases = (
+        Message.objects.filter(leased_by=OuterRef("name"), lease_until__isnull=False)
+        .order_by()
+        .values("leased_by")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    return queryset.annotate(
+        lq_state=Case(
+            When(stopped_at__isnull=False, then=Value("stopped")),
+            When(heartbeat_at__lt=cutoff, then=Value("lost")),
+            default=Value("live"),
+        ),
+        lq_leases=Coalesce(Subquery(leases, output_field=IntegerField()), Value(0)),
+    )
+
+
+STATES = ("live", "lost", "stopped")
+
+
+def listing(state: str | None = None, *, using: str | None = None) -> QuerySet[WorkerRow]:
+    """The workers' rows, each with ``lq_state`` (``live``/``lost``/``stopped``, on the
+    database's clock) and ``lq_leases`` (leases its name holds now); ``state`` keeps one."""
+    from .api import _alias
+    from .exceptions import InvalidArgument
+    from .models import Worker as WorkerRow
+
+    rows = with_state(WorkerRow.objects.using(_alias(using)).all())
+    if state is None:
+        return rows
+    if state not in STATES:
+        raise InvalidArgument("state", f"must be one of {', '.join(STATES)}", state)
+    return rows.filter(lq_state=state)
 
 
 class Presence:

@@ -11,50 +11,16 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.utils import quote
-from django.db.models import (
-    Case,
-    Count,
-    DateTimeField,
-    ExpressionWrapper,
-    F,
-    IntegerField,
-    OuterRef,
-    QuerySet,
-    Subquery,
-    Value,
-    When,
-)
-from django.db.models.functions import Coalesce, Now
+from django.db.models import F, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.http import urlencode
 
 from .models import Message, Worker
-from .workers import lost_after
+from .workers import with_state
 
 STATES = (("live", "live"), ("lost", "lost"), ("stopped", "stopped"))
-
-
-def with_state(queryset: QuerySet[Worker]) -> QuerySet[Worker]:
-    """Workers annotated with ``lq_state`` (on the database's clock) and ``lq_leases``, the
-    leases their name holds now (through the in-flight index: only leased messages are read)."""
-    cutoff = ExpressionWrapper(Now() - Value(lost_after()), output_field=DateTimeField())
-    leases = (
-        Message.objects.filter(leased_by=OuterRef("name"), lease_until__isnull=False)
-        .order_by()
-        .values("leased_by")
-        .annotate(n=Count("id"))
-        .values("n")
-    )
-    return queryset.annotate(
-        lq_state=Case(
-            When(stopped_at__isnull=False, then=Value("stopped")),
-            When(heartbeat_at__lt=cutoff, then=Value("lost")),
-            default=Value("live"),
-        ),
-        lq_leases=Coalesce(Subquery(leases, output_field=IntegerField()), Value(0)),
-    )
 
 
 class WorkerStateFilter(admin.SimpleListFilter):

@@ -124,3 +124,29 @@ def test_a_bad_worker_name_is_refused_before_the_worker_starts(name):
     with pytest.raises(InvalidArgument) as caught:
         Worker(["t_record"], name=name)
     assert caught.value.field == "name"
+
+
+def test_listing_tells_live_lost_and_stopped_apart_and_counts_held_leases():
+    from django_lonnymq import enqueue, workers
+
+    live, lost, gone = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    beat("w-live", live)
+    beat("w-lost", lost)
+    beat("w-gone", gone)
+    stop("w-gone", gone)
+    silence("w-lost", 120)
+    for n in range(3):
+        enqueue("t_list", {"n": n})
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql.query("dequeue"),
+            {"queue": "t_list", "batch_size": 2, "lease_ms": 30_000, "worker": "w-live", "tolerance_ms": 50},
+        )
+        assert len(cursor.fetchall()) == 2
+    rows = {w.name: (w.lq_state, w.lq_leases) for w in workers.listing()}
+    assert rows == {"w-live": ("live", 2), "w-lost": ("lost", 0), "w-gone": ("stopped", 0)}
+    assert [w.name for w in workers.listing("lost")] == ["w-lost"]
+    assert not workers.listing("live").filter(name="w-gone").exists()
+    with pytest.raises(InvalidArgument) as caught:
+        workers.listing("dead")
+    assert caught.value.field == "state"
