@@ -3,22 +3,55 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
+# The second suite: the newest Django 6.x, which needs Python 3.12 or later.
+VENV6  ?= .venv-django6
+STAMP6 := $(VENV6)/.installed-stamp
+# The first of these that runs and is 3.12+: python3.12, python3.13, a pyenv 3.12+ install
+# (pyenv's shims fail unless that version is selected). Set PYTHON_DJANGO6 to choose one.
+PYTHON_DJANGO6 ?= $(shell for candidate in python3.12 python3.13 \
+	$$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.1[2-9]*/bin/python3 2>/dev/null | sort -V); do \
+	"$$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null \
+	&& { command -v "$$candidate"; break; }; done)
+CHROMIUM := command -v chromium >/dev/null || command -v /usr/bin/chromium >/dev/null || \
+	(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 
-.PHONY: install test demo bench bench-compare lint clean
+.PHONY: install test test-django52 test-django6 demo bench bench-compare lint clean
 
 $(STAMP): pyproject.toml
-	command -v chromium >/dev/null || command -v /usr/bin/chromium >/dev/null || \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+	$(CHROMIUM)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e . --group dev
+	$(PY) -m pip install --quiet --upgrade -e . --group dev "Django>=5.2,<6"
 	touch $(STAMP)
+
+$(STAMP6): pyproject.toml
+	@test -n "$(PYTHON_DJANGO6)" || { echo "make: the Django 6 suite needs Python 3.12 or later, and none was found \
+	(python3.12, python3.13, a pyenv 3.12+ install). Install one or set PYTHON_DJANGO6=/path/to/python3.12; \
+	'make test-django52' runs the Django 5.2 suite alone." >&2; exit 1; }
+	$(CHROMIUM)
+	$(PYTHON_DJANGO6) -m venv $(VENV6)
+	$(VENV6)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV6)/bin/python -m pip install --quiet --upgrade -e . --group dev "Django>=6.0,<7"
+	touch $(STAMP6)
 
 install: $(STAMP)
 
-## make test: install everything, then run the whole suite against real PostgreSQL.
-test: $(STAMP)
+## make test: install everything, then run the whole suite against real PostgreSQL twice:
+## on Django 5.2 (.venv) and on the newest Django 6.x (.venv-django6, Python 3.12+). Both
+## run even when the first fails; the status is non-zero if either failed.
+test:
+	@status=0; \
+	$(MAKE) --no-print-directory test-django52 || status=1; \
+	$(MAKE) --no-print-directory test-django6 || status=1; \
+	exit $$status
+
+test-django52: $(STAMP)
+	$(PY) -c 'import django; print("Django", django.get_version())'
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-django6: $(STAMP6)
+	$(VENV6)/bin/python -c 'import django; print("Django", django.get_version())'
+	$(VENV6)/bin/python -m pytest $(PYTEST_ARGS)
 
 ## make demo: install, migrate, enqueue a skewed workload, run workers, show fairness.
 demo: $(STAMP)
@@ -37,4 +70,4 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check django_lonnymq
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(VENV6) .pytest_cache

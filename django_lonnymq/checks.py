@@ -22,7 +22,9 @@ _LONGEST = {
 }
 
 
-@register(Tags.database, Tags.compatibility, deploy=False)
+# Not tagged "database": it reads settings only, and Django 6 runs database-tagged checks
+# only when `check --database` names an alias.
+@register(Tags.compatibility)
 def check_database(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """E001: the queue's alias must exist and be PostgreSQL."""
     alias = settings.DATABASE

@@ -21,6 +21,8 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    # Django 6 checks that apps using ArrayField (the worker list) have it (postgres.E005).
+    "django.contrib.postgres",
     "django_lonnymq",
     "example_project.tenants",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -40,7 +41,7 @@ def test_enqueue_is_one_statement() -> None:
 
 
 def test_deferred_task_keeps_run_after_on_its_row() -> None:
-    later = timezone.now() + timezone.timedelta(hours=1)
+    later = timezone.now() + timedelta(hours=1)
     result = tasks.add.using(run_after=later).enqueue(1, 2)
     assert TaskResultRecord.objects.get(id=result.id).run_after == later
     assert Message.objects.get().dequeue_at >= int(later.timestamp() * 1000) - 1

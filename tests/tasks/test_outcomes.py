@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -246,7 +247,7 @@ def test_get_result_raises_the_frameworks_exceptions() -> None:
 
 
 def test_get_result_keeps_the_enqueued_priority_and_queue() -> None:
-    later = timezone.now() + timezone.timedelta(days=1)
+    later = timezone.now() + timedelta(days=1)
     result = tasks.add.using(run_after=later).enqueue(1, 1)
     high = tasks.add.using(priority=30).enqueue(1, 1)
     fetched = task_backends["default"].get_result(result.id)

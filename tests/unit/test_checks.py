@@ -14,7 +14,8 @@ from django.core.management.base import SystemCheckError
 from django.db import connections
 from django.db.utils import ConnectionHandler
 from django.test import override_settings
-from django_tasks import task_backends
+
+from django_lonnymq.tasks import task_backends  # django.tasks' on Django 6, the backport's on 5.2
 
 
 def lonnymq_errors(*, everything: bool = False, schema: bool = False) -> list[Error]:
