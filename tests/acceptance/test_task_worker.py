@@ -83,17 +83,18 @@ def test_empty_queues_accepts_any_queue_name(spawn: Any, db: Any, settings: Any)
     settings.TASKS = {
         "default": {"BACKEND": "django_lonnymq.tasks.LonnyMQBackend", "QUEUES": [], "OPTIONS": {"MAX_ATTEMPTS": 2}}
     }
-    reports = tasks.add.using(queue_name="reports").enqueue(20, 22)
+    reports = tasks.add.using(queue_name="t_open_tasks").enqueue(20, 22)
     plain = tasks.add.enqueue(1, 1)
-    named = spawn("--queue", "reports", "--burst", settings=OPEN_QUEUES)
+    named = spawn("--queue", "t_open_tasks", "--burst", settings=OPEN_QUEUES)
     assert named.wait(timeout=30) == 0, describe(named)
     reports.refresh()
+    assert reports.status == "SUCCESSFUL", f"{reports.status} {reports.errors}\n{describe(named)}"
     assert reports.return_value == 42
     # '*' takes the queues the database holds (and 'default'), except those with own handlers.
     api.enqueue("t_record", {"n": 1})
     star = spawn("--queue", "*", "--burst", settings=OPEN_QUEUES, label="star worker")
     assert star.wait(timeout=30) == 0, describe(star)
-    assert "queues=default,reports " in star.output, describe(star)
+    assert "queues=default,t_open_tasks " in star.output, describe(star)
     plain.refresh()
     assert plain.return_value == 2
     assert len(db.messages("t_record")) == 1  # a handler's own queue is left to its workers
