@@ -28,6 +28,7 @@ from functools import lru_cache
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import psycopg
 from cronsim import CronSim, CronSimError
 
 from . import api, sql
@@ -414,18 +415,26 @@ def tick(conn: Any, queues: Sequence[str], *, now_ms: int | None = None, limit: 
             except InvalidArgument as exc:  # a row written around the checks: park it, say why
                 ticks, following, error = [], None, str(exc)
                 logger.error("schedule %s cannot tick: %s", schedule_id, exc)
-            conn.execute(
-                sql.query("fire_schedule"),
-                {
-                    "id": schedule_id,
-                    "claimed_at": next_tick_at,
-                    "ticks": ticks,
-                    "next_tick_at": following,
-                    "error": error,
-                    **common,
-                },
-            )
+            fire = {"id": schedule_id, "claimed_at": next_tick_at, "ticks": ticks, "next_tick_at": following}
+            try:
+                with conn.transaction():  # a savepoint: one schedule's failure is its own
+                    conn.execute(sql.query("fire_schedule"), {**fire, "error": error, **common})
+            except psycopg.OperationalError:
+                if conn.broken:
+                    raise
+                # A cancelled statement, a lock or serialization conflict: it stays due and is
+                # tried again at the next check; the others go on now.
+                logger.warning("schedule %s could not tick now; trying again at the next check", schedule_id)
+            except psycopg.Error as exc:  # what it enqueues is refused: park it, say why
+                logger.error("schedule %s cannot tick: %s", schedule_id, _first_line(exc))
+                parked = {**fire, "ticks": [], "next_tick_at": None, "error": _first_line(exc)}
+                conn.execute(sql.query("fire_schedule"), {**parked, **common})
     return len(rows)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def first_tick(cron: str | None, every_ms: int | None, timezone: str, now_ms: int | None = None) -> int:

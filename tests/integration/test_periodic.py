@@ -202,7 +202,7 @@ def test_concurrent_syncs_agree(declared, connect):
 
 def _declare_and_sync(conn, name: str, **options) -> Schedule:
     periodic(queue=QUEUE, name=name, **options)(target)
-    sync(conn, only(schedules.declarations(), name))
+    sync(conn, only(schedules.declarations(), name), queues=[])  # adds it, removes nothing
     return Schedule.objects.get(name=name)
 
 
@@ -401,3 +401,29 @@ def test_nothing_planted_runs_through_periodic_schedules(declared, attacker, con
     tick(conn, [QUEUE], now_ms=b.next_tick_at)  # parks it with its error
     assert Schedule.objects.get(name="attack-b").last_error
     assert sync(conn, only(schedules.declarations(), "attack-a")).removed == 1
+
+
+def test_a_schedule_whose_enqueue_fails_is_parked_and_the_others_still_tick(declared, conn):
+    """A tick the database refuses (here a trigger on the message table rejects channel
+    'poison') parks that schedule with the error; the others of the batch are fired."""
+    poison = _declare_and_sync(conn, "poisoned", every=10, channel="poison")
+    healthy = _declare_and_sync(conn, "healthy", every=10, channel="fine")
+    conn.execute(
+        "CREATE FUNCTION test_refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+        " IF (SELECT name FROM lonnymq_channel WHERE id = NEW.channel_id) = 'poison' THEN"
+        " RAISE EXCEPTION 'poison refused'; END IF; RETURN NEW; END $$"
+    )
+    conn.execute(
+        "CREATE TRIGGER test_refuse_poison BEFORE INSERT ON lonnymq_message"
+        " FOR EACH ROW EXECUTE FUNCTION test_refuse_poison()"
+    )
+    try:
+        assert tick(conn, [QUEUE], now_ms=max(poison.next_tick_at, healthy.next_tick_at)) == 2
+    finally:
+        conn.execute("DROP TRIGGER test_refuse_poison ON lonnymq_message")
+        conn.execute("DROP FUNCTION test_refuse_poison()")
+    poison.refresh_from_db()
+    healthy.refresh_from_db()
+    assert poison.next_tick_at is None and "poison refused" in poison.last_error
+    assert healthy.last_tick_at is not None and healthy.last_error is None
+    assert [m[1] for m in messages(conn)] == [f"lonnymq.periodic:{healthy.id}:{healthy.last_tick_at}"]
