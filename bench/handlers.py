@@ -24,3 +24,13 @@ def record_latency(message: Message) -> None:
     path = os.environ["LONNYMQ_BENCH_LATENCY_FILE"]
     with _lock, open(path, "a") as out:
         out.write(f"{message.id} {started - float(message.payload['t']):.6f}\n")
+
+
+@handler("bench_timed", timeout=60)
+def noop_with_timeout(message: Message) -> None:
+    """Does nothing, under a timeout: what the worker's timeout bookkeeping costs per message."""
+
+
+@handler("bench_async")
+async def noop_async(message: Message) -> None:
+    """Does nothing, as a task on the worker's event loop."""

@@ -27,6 +27,7 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
+from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connections
 
 from . import schedules, sql
@@ -208,6 +209,7 @@ class Worker:
             interrupt_grace=settings.ms("INTERRUPT_GRACE") / 1000,
         )
         self._event_loop: EventLoopThread | None = None
+        self._async_connections_due = 0.0
 
         self._stopping = threading.Event()
         self._forced = threading.Event()
@@ -750,6 +752,12 @@ class Worker:
         self.observer.handler_finished(message, time.monotonic() - began, outcome)
         self._outcomes.put(outcome)
         self._wake()
+        if time.monotonic() >= self._async_connections_due:
+            # Django's async ORM runs its queries on one thread of its own: drop that thread's
+            # connections that broke or outlived CONN_MAX_AGE, as handler threads do per
+            # message (here at most once a second: each check is a hop to that thread).
+            self._async_connections_due = time.monotonic() + 1.0
+            await sync_to_async(close_old_connections, thread_sensitive=True)()
 
     def _supervise(self) -> None:
         """Interrupt handlers past their timeout or cancel grace; abandon those that ignore it.
