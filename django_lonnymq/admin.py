@@ -31,6 +31,7 @@ from django.utils.http import urlencode
 
 from . import api
 from .conf import settings
+from .limits_admin import QueueConfigAdmin, RateField, rate_text  # noqa: F401 - registers it
 from .models import Channel, DeadMessage, Message, stats_query
 from .schedules_admin import ScheduleAdmin  # noqa: F401 - registers it
 from .topics_admin import SubscriptionAdmin, UnroutedAdmin  # noqa: F401 - registers them
@@ -162,9 +163,26 @@ MAX_RELEASE_INTERVAL_MS = 365 * 86_400_000
 class ChannelForm(forms.ModelForm):
     """Add and change pages; the limits are then saved through ``api.configure_channel``."""
 
+    rate = RateField()
+
     class Meta:
         model = Channel
-        fields = ["queue", "name", "max_concurrency", "release_interval_ms", "paused"]
+        fields = ["queue", "name", "max_concurrency", "release_interval_ms", "paused", "weight"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None and "rate" in self.fields:
+            self.initial["rate"] = self.instance.rate
+        if "weight" in self.fields:
+            self.fields["weight"].required = False
+
+    def clean_weight(self) -> int:
+        value = self.cleaned_data["weight"]
+        if value is None:  # left out: unchanged (1 for a new channel)
+            return self.instance.weight or 1
+        if not 1 <= value <= 1000:
+            raise forms.ValidationError("Weight must be between 1 and 1000.")
+        return value
 
     def clean_release_interval_ms(self) -> int:
         value = self.cleaned_data["release_interval_ms"]
@@ -178,11 +196,14 @@ class ChannelForm(forms.ModelForm):
 class ChannelListForm(ChannelForm):
     """The limits edited in the list: same rules, narrow inputs."""
 
+    rate = None  # edited on the change page
+
     class Meta(ChannelForm.Meta):
-        fields = ["max_concurrency", "release_interval_ms"]
+        fields = ["max_concurrency", "release_interval_ms", "weight"]
         widgets = {
             "max_concurrency": forms.NumberInput(attrs={"style": "width: 6em", "min": 1}),
             "release_interval_ms": forms.NumberInput(attrs={"style": "width: 8em", "min": 0}),
+            "weight": forms.NumberInput(attrs={"style": "width: 5em", "min": 1, "max": 1000}),
         }
 
 
@@ -194,6 +215,8 @@ class ChannelAdmin(admin.ModelAdmin):
         "name",
         "max_concurrency",
         "release_interval_ms",
+        "weight",
+        "rate_display",
         "paused",
         "in_flight_count",
         "ready_count",
@@ -203,7 +226,7 @@ class ChannelAdmin(admin.ModelAdmin):
         "links",
     )
     list_display_links = ("name",)
-    list_editable = ("max_concurrency", "release_interval_ms")
+    list_editable = ("max_concurrency", "release_interval_ms", "weight")
     list_filter = ("queue", "paused")
     search_fields = ("name",)
     list_per_page = 50
@@ -244,6 +267,10 @@ class ChannelAdmin(admin.ModelAdmin):
             return f"{counts.in_flight:,} / {obj.max_concurrency:,}"
         return f"{counts.in_flight:,}"
 
+    @admin.display(description="rate")
+    def rate_display(self, obj: Channel) -> str:
+        return rate_text(obj.rate_count, obj.rate_period_ms, obj.rate_burst)
+
     @admin.display(description="slots taken")
     def slots_taken(self, obj: Channel) -> str:
         return f"{obj.in_flight:,}" if obj.max_concurrency is not None else "- (no limit)"
@@ -281,7 +308,7 @@ class ChannelAdmin(admin.ModelAdmin):
     # -- forms: add and change go through configure_channel ----------------------------------
 
     def get_fieldsets(self, request: HttpRequest, obj: Channel | None = None) -> Any:
-        limits = ("max_concurrency", "release_interval_ms", "paused")
+        limits = ("max_concurrency", "release_interval_ms", "weight", "rate", "paused")
         if obj is None:
             return [(None, {"fields": ("queue", "name", *limits)})]
         return [
@@ -312,7 +339,11 @@ class ChannelAdmin(admin.ModelAdmin):
     def save_model(self, request: HttpRequest, obj: Channel, form: forms.ModelForm, change: bool) -> None:
         """Create or reconfigure through ``api.configure_channel``; only changed limits are
         passed, so a concurrent change of another limit (or a pause) is not overwritten."""
-        fields = set(form.changed_data) if change else {"max_concurrency", "release_interval_ms", "paused"}
+        fields = (
+            set(form.changed_data)
+            if change
+            else {"max_concurrency", "release_interval_ms", "paused", "weight", "rate"}
+        )
         changes: dict[str, Any] = {}
         if "max_concurrency" in fields:
             changes["max_concurrency"] = obj.max_concurrency
@@ -320,6 +351,10 @@ class ChannelAdmin(admin.ModelAdmin):
             changes["release_interval"] = timedelta(milliseconds=obj.release_interval_ms)
         if "paused" in fields:
             changes["paused"] = obj.paused
+        if "weight" in fields:
+            changes["weight"] = obj.weight
+        if "rate" in fields and "rate" in form.cleaned_data:
+            changes["rate"] = form.cleaned_data["rate"]
         if change and not changes:
             return
         using = router.db_for_write(Channel)

@@ -424,6 +424,39 @@ def configure_channel(
     return int(_call(using, "configure_channel", params))
 
 
+def configure_queue(
+    queue: str,
+    *,
+    max_concurrency: int | None = _UNSET,
+    rate: Rate | str | None = _UNSET,
+    using: str | None = None,
+) -> bool:
+    """Set or change a queue's queue-wide limits; omitted ones keep their value.
+
+    ``max_concurrency`` caps the queue's messages in flight across all its workers and
+    channels (``None``: no cap); ``rate`` is a token bucket for the whole queue, a
+    :class:`~django_lonnymq.rates.Rate` or its text (``"50 / s, burst 10"``; ``None``: none).
+    A queue with neither pays nothing for them. Returns whether the queue has a limit now.
+    """
+    _name("queue", queue, 100)
+    unlimited = max_concurrency is None
+    if max_concurrency is _UNSET or max_concurrency is None:
+        max_concurrency = None
+    else:
+        max_concurrency = _int("max_concurrency", max_concurrency, 1, 2_147_483_647)
+    bucket = None if rate is _UNSET or rate is None else Rate.of(rate)
+    params = {
+        "queue": queue,
+        "max_concurrency": max_concurrency,
+        "unlimited": unlimited,
+        "rate_count": bucket.count if bucket else None,
+        "rate_period_ms": bucket.period_ms if bucket else None,
+        "rate_burst": bucket.burst if bucket else None,
+        "no_rate": rate is None,
+    }
+    return bool(_call(using, "configure_queue", params))
+
+
 def requeue_dead(ids: Iterable[int], *, reset_attempts: bool = True, using: str | None = None) -> list[int]:
     """Move dead messages back into their channels, ready now. Returns the ids requeued."""
     params = {"ids": _ids(ids), "reset_attempts": bool(reset_attempts), **_common()}
@@ -491,17 +524,18 @@ def reap(*, limit: int = 500, using: str | None = None) -> int:
 
 @dataclass(frozen=True)
 class Problem:
-    """A broken scheduler invariant reported by :func:`check`."""
+    """A broken scheduler invariant reported by :func:`check` (a queue-wide one has no channel)."""
 
-    channel_id: int
+    channel_id: int | None
     queue: str
-    channel: str
+    channel: str | None
     problem: str
     detail: str
 
 
 def check(*, grace: timedelta | float = 1.0, using: str | None = None) -> list[Problem]:
-    """The channels whose scheduler state disagrees with their messages (empty: healthy)."""
+    """The channels (and queue-wide caps) whose scheduler state disagrees with their messages
+    (empty: healthy)."""
     with sql_errors(), connections[_alias(using)].cursor() as cursor:
         cursor.execute(sql.query("check"), {"grace_ms": _duration_ms("grace", grace, limits.MAX_LEASE)})
         return [Problem(*row) for row in cursor.fetchall()]

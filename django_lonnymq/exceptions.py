@@ -183,6 +183,19 @@ _CONSTRAINT_RULES: dict[str, tuple[str, str]] = {
     "lonnymq_channel_rate_period_range": ("rate.period", "must be between 1 ms and 366 days"),
     "lonnymq_channel_rate_burst_range": ("rate.burst", "must be between 1 and 1000000"),
     "lonnymq_channel_bucket_level_nonnegative": ("bucket_level", "must not be negative"),
+    "lonnymq_queue_config_queue_length": ("queue", "must be 1 to 100 characters"),
+    "lonnymq_queue_config_queue_not_blank": ("queue", "must not be only blanks"),
+    "lonnymq_queue_config_max_concurrency_positive": ("max_concurrency", "must be positive or null"),
+    "lonnymq_queue_config_rate_complete": ("rate", "needs a count, a period and a burst, or none"),
+    "lonnymq_queue_config_rate_count_range": ("rate.count", "must be between 1 and 1000000"),
+    "lonnymq_queue_config_rate_period_range": ("rate.period", "must be between 1 ms and 366 days"),
+    "lonnymq_queue_config_rate_burst_range": ("rate.burst", "must be between 1 and 1000000"),
+    "lonnymq_queue_config_has_a_limit": (
+        "max_concurrency",
+        "or a rate must be set (delete the row for none)",
+    ),
+    "lonnymq_queue_config_in_flight_nonnegative": ("in_flight", "must not be negative"),
+    "lonnymq_queue_config_bucket_level_nonnegative": ("bucket_level", "must not be negative"),
 }
 
 # Undefined function, table, column: when the object is one of ours, the app's migrations

@@ -124,6 +124,12 @@ class Channel(models.Model):
     def __str__(self) -> str:
         return f"{self.queue}/{self.name}"
 
+    @property
+    def rate(self):  # -> Rate | None
+        from .rates import Rate
+
+        return Rate.from_ms(self.rate_count, self.rate_period_ms, self.rate_burst)
+
 
 class Message(models.Model):
     """A message waiting, scheduled, or in flight (leased by a worker)."""
@@ -144,6 +150,7 @@ class Message(models.Model):
     last_error = models.TextField(null=True, blank=True)
     # Set by api.cancel() while the message runs; its worker stops the handler at its next heartbeat.
     cancel_requested = models.BooleanField(default=False)
+    queue_slot = models.BooleanField(default=False, help_text="The lease took a slot of its queue's cap.")
 
     class Meta:
         db_table = "lonnymq_message"
@@ -169,6 +176,10 @@ class Message(models.Model):
             models.CheckConstraint(
                 condition=Q(slot_taken=False) | Q(lease_until__isnull=False),
                 name="lonnymq_message_slot_needs_lease",
+            ),
+            models.CheckConstraint(
+                condition=Q(queue_slot=False) | Q(lease_until__isnull=False),
+                name="lonnymq_message_queue_slot_needs_lease",
             ),
         ]
         indexes = [
@@ -198,6 +209,78 @@ class Message(models.Model):
         if self.dequeue_at > int(timezone.now().timestamp() * 1000):
             return "scheduled"
         return "ready"
+
+
+class QueueConfig(models.Model):
+    """Queue-wide limits (across all workers and channels of a queue): a concurrency cap and a
+    token bucket. A queue without a row has neither, and pays nothing for them. Write it
+    through :func:`django_lonnymq.api.configure_queue` (the admin does)."""
+
+    queue = models.CharField(max_length=100, primary_key=True)
+    max_concurrency = models.IntegerField(
+        null=True, blank=True, help_text="Most messages of the queue in flight at once; empty: unlimited."
+    )
+    rate_count = models.IntegerField(null=True, blank=True)
+    rate_period_ms = models.BigIntegerField(null=True, blank=True)
+    rate_burst = models.IntegerField(null=True, blank=True)
+    in_flight = models.IntegerField(default=0, editable=False, help_text="Leases that took a queue slot.")
+    bucket_level = models.BigIntegerField(null=True, blank=True, editable=False)
+    last_release_at = models.BigIntegerField(null=True, blank=True, editable=False)
+    next_token_at = models.BigIntegerField(null=True, blank=True, editable=False)
+    updated_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        db_table = "lonnymq_queue_config"
+        ordering = ["queue"]
+        verbose_name = "queue limit"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(queue__regex=r"^.{1,100}$"), name="lonnymq_queue_config_queue_length"
+            ),
+            models.CheckConstraint(
+                condition=Q(queue__regex=r"\S"), name="lonnymq_queue_config_queue_not_blank"
+            ),
+            models.CheckConstraint(
+                condition=Q(max_concurrency__isnull=True) | Q(max_concurrency__gt=0),
+                name="lonnymq_queue_config_max_concurrency_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(rate_count__isnull=True, rate_period_ms__isnull=True, rate_burst__isnull=True)
+                | Q(rate_count__isnull=False, rate_period_ms__isnull=False, rate_burst__isnull=False),
+                name="lonnymq_queue_config_rate_complete",
+            ),
+            models.CheckConstraint(
+                condition=Q(rate_count__gte=1, rate_count__lte=1_000_000),
+                name="lonnymq_queue_config_rate_count_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(rate_period_ms__gte=1, rate_period_ms__lte=31_622_400_000),
+                name="lonnymq_queue_config_rate_period_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(rate_burst__gte=1, rate_burst__lte=1_000_000),
+                name="lonnymq_queue_config_rate_burst_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_concurrency__isnull=False) | Q(rate_count__isnull=False),
+                name="lonnymq_queue_config_has_a_limit",
+            ),
+            models.CheckConstraint(
+                condition=Q(in_flight__gte=0), name="lonnymq_queue_config_in_flight_nonnegative"
+            ),
+            models.CheckConstraint(
+                condition=Q(bucket_level__gte=0), name="lonnymq_queue_config_bucket_level_nonnegative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.queue
+
+    @property
+    def rate(self):  # -> Rate | None
+        from .rates import Rate
+
+        return Rate.from_ms(self.rate_count, self.rate_period_ms, self.rate_burst)
 
 
 class DeadMessage(models.Model):

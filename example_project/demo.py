@@ -4,8 +4,10 @@
 1. Creates the database named by ``DATABASE_URL`` if it does not exist, and migrates it.
 2. Resets the demo: deletes everything of queue ``transcode`` (messages, dead letters, dedup
    keys, channels) and the scoreboard table ``tenants_jobrun``. Other queues are untouched.
-3. Gives one small tenant a concurrency limit and one a rate limit (``configure_channel``).
-4. Enqueues ``bigcorp``'s large backlog first, then a few jobs for each small tenant.
+3. Gives one small tenant a concurrency limit, one a bursty rate limit ("4 / s, burst 5"), and
+   the ``premium`` tenant weight 3 (``configure_channel``).
+4. Enqueues ``bigcorp``'s large backlog first, then ``premium``'s, then a few jobs for each
+   small tenant. While both have a backlog, premium gets three releases to bigcorp's one.
 5. Starts worker subprocesses (``manage.py run_queue_worker --burst``), prints each tenant's
    progress every second, then a summary.
 6. The Spark step (example_project/spark_demo.py; ``--no-spark`` skips it): writes a skewed
@@ -19,7 +21,7 @@
 before the worker acks it; at the end the demo also checks that no message is left in the
 queue, none died, each job ran once, and ``django_lonnymq.api.check()`` finds no problem.
 
-    python example_project/demo.py [--big 3000] [--small 8] [--small-jobs 15] [--workers 2]
+    python example_project/demo.py [--big 3000] [--premium 300] [--small 8] [--small-jobs 15] [--workers 2]
                                    [--no-spark] [--spark-rows 20000]
 """
 
@@ -45,9 +47,11 @@ QUEUE = "transcode"
 REPORTS = "reports"  # the periodic report (tenants/handlers.py: @periodic every 2 s)
 BIG = "bigcorp"
 SMALL_NAMES = ["acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "wonka"]
+PREMIUM = "premium"  # weight 3: three releases per round to bigcorp's one
+PREMIUM_WEIGHT = 3
 CAPPED = "acme"  # max_concurrency=1
-RATE_LIMITED = "globex"  # one release per RATE_INTERVAL
-RATE_INTERVAL = 0.25
+RATE_LIMITED = "globex"  # a token bucket: RATE
+RATE = "4 / s, burst 5"
 
 
 @dataclass
@@ -64,6 +68,9 @@ class Tenant:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--big", type=int, default=3000, help="jobs of the big tenant (default 3000)")
+    parser.add_argument(
+        "--premium", type=int, default=300, help="jobs of the weight-3 premium tenant (default 300; 0: none)"
+    )
     parser.add_argument("--small", type=int, default=8, help="number of small tenants (default 8)")
     parser.add_argument("--small-jobs", type=int, default=15, help="jobs per small tenant (default 15)")
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
@@ -181,12 +188,14 @@ def build_tenants(args: argparse.Namespace) -> list[Tenant]:
         f"small-{i:02d}" for i in range(len(SMALL_NAMES) + 1, args.small + 1)
     ]
     tenants = [Tenant(BIG, job_sizes(args.big, rng))]
+    if args.premium > 0:
+        tenants.append(Tenant(PREMIUM, job_sizes(args.premium, rng), f"weight {PREMIUM_WEIGHT}"))
     for name in names:
         tenant = Tenant(name, job_sizes(args.small_jobs, rng))
         if name == CAPPED:
             tenant.limit = "max_concurrency=1"
         elif name == RATE_LIMITED:
-            tenant.limit = f"1 per {RATE_INTERVAL * 1000:.0f}ms"
+            tenant.limit = RATE
         tenants.append(tenant)
     return tenants
 
@@ -202,7 +211,9 @@ def enqueue_workload(tenants: list[Tenant]) -> float:
     if CAPPED in names:
         configure_channel(QUEUE, CAPPED, max_concurrency=1)
     if RATE_LIMITED in names:
-        configure_channel(QUEUE, RATE_LIMITED, release_interval=RATE_INTERVAL)
+        configure_channel(QUEUE, RATE_LIMITED, rate=RATE)
+    if PREMIUM in names:
+        configure_channel(QUEUE, PREMIUM, weight=PREMIUM_WEIGHT)
     started = time.monotonic()
     for tenant in tenants:  # bigcorp is first in the list: its whole backlog is older
         items = [Item({"seconds": s, "n": i}, channel=tenant.name) for i, s in enumerate(tenant.jobs)]
@@ -466,7 +477,7 @@ def periodic_report(table: str, ran_for: float) -> list[str]:
 
 def fairness(tenants: list[Tenant], finish: dict[str, float]) -> list[str]:
     """The small tenants must finish long before the big one; say how long before."""
-    small = [t for t in tenants if t.name != BIG]
+    small = [t for t in tenants if t.name not in (BIG, PREMIUM)]
     big = next(t for t in tenants if t.name == BIG)
     if BIG not in finish or any(t.name not in finish for t in small):
         return []
@@ -505,6 +516,40 @@ def spark_step(args: argparse.Namespace) -> list[str]:
         return [f"Spark step failed: {type(exc).__name__}: {exc}"]
 
 
+def weighted_share(tenants: list[Tenant], table: str) -> list[str]:
+    """While premium (weight 3) had a backlog, it got about three jobs to bigcorp's one."""
+    from django.db import connection
+
+    premium = next((t for t in tenants if t.name == PREMIUM), None)
+    if premium is None:
+        return []
+    with connection.cursor() as cursor:
+        # Jobs of each finished between premium's 10th and 90th percentile finish: both had a
+        # backlog then (the small tenants' turns come before, premium's slowest jobs after).
+        cursor.execute(
+            f"""
+            WITH p AS (SELECT finished_at, row_number() OVER (ORDER BY finished_at) AS n,
+                              count(*) OVER () AS total
+                         FROM {table} WHERE queue = %s AND tenant = %s),
+                 w AS (SELECT min(finished_at) FILTER (WHERE n >= total / 10) AS since,
+                              min(finished_at) FILTER (WHERE n >= total * 9 / 10) AS until FROM p)
+            SELECT tenant, count(DISTINCT message_id) FROM {table}, w
+             WHERE queue = %s AND tenant IN (%s, %s) AND finished_at > w.since AND finished_at <= w.until
+             GROUP BY tenant
+            """,
+            [QUEUE, PREMIUM, QUEUE, PREMIUM, BIG],
+        )
+        done = dict(cursor.fetchall())
+    ratio = done.get(PREMIUM, 0) / max(done.get(BIG, 0), 1)
+    print(
+        f"weights: while both had a backlog, {PREMIUM} (weight {PREMIUM_WEIGHT}) finished "
+        f"{done.get(PREMIUM, 0)} jobs to {BIG}'s {done.get(BIG, 0)} ({ratio:.1f} : 1)"
+    )
+    if len(tenants[0].jobs) >= 3 * len(premium.jobs) and not 2.0 <= ratio <= 4.5:
+        return [f"{PREMIUM} got {ratio:.1f} jobs per {BIG} job, not about {PREMIUM_WEIGHT}"]
+    return []
+
+
 def main() -> int:
     args = parse_args()
     where = ensure_database()
@@ -521,15 +566,15 @@ def main() -> int:
     call_command("migrate", verbosity=0)
     reset(table)
     tenants = build_tenants(args)
-    small_jobs = sum(len(t.jobs) for t in tenants[1:])
+    small_jobs = sum(len(t.jobs) for t in tenants if t.name not in (BIG, PREMIUM))
     seconds = enqueue_workload(tenants)
     total = sum(len(t.jobs) for t in tenants)
     print(
         f"enqueued {total} jobs in {seconds:.2f}s into queue {QUEUE!r}: {BIG} {len(tenants[0].jobs)} first, "
-        f"then {len(tenants) - 1} small tenants with {small_jobs} together"
+        f"then {PREMIUM} {args.premium}, then {args.small} small tenants with {small_jobs} together"
     )
     print(
-        f"limits: {CAPPED} max_concurrency=1, {RATE_LIMITED} one release per {RATE_INTERVAL * 1000:.0f} ms "
+        f"limits: {PREMIUM} weight {PREMIUM_WEIGHT}, {CAPPED} max_concurrency=1, {RATE_LIMITED} rate {RATE!r} "
         "(configure_channel)"
     )
     print(
@@ -552,6 +597,7 @@ def main() -> int:
     problems += fairness(tenants, finish)
     problems += periodic_report(table, time.monotonic() - t0)
     problems += topic_step()
+    problems += weighted_share(tenants, table)
     problems += spark_step(args)
 
     print()

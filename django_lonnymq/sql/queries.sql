@@ -81,6 +81,12 @@ SELECT lonnymq_configure_channel_v3(%(queue)s::text, %(channel)s::text, %(max_co
                                     %(rate_period_ms)s::bigint, %(rate_burst)s::integer,
                                     %(no_rate)s::boolean)
 
+-- name: configure_queue
+-- Queue-wide limits: a NULL limit is left as it is; unlimited removes the cap, no_rate the bucket.
+SELECT lonnymq_configure_queue_v1(%(queue)s::text, %(max_concurrency)s::integer, %(unlimited)s::boolean,
+                                  %(rate_count)s::integer, %(rate_period_ms)s::bigint, %(rate_burst)s::integer,
+                                  %(no_rate)s::boolean)
+
 -- name: check
 SELECT channel_id, queue, channel, problem, detail FROM lonnymq_check_v1(%(grace_ms)s::bigint)
  ORDER BY channel_id, problem

@@ -118,6 +118,8 @@ CREATE TABLE lonnymq_message (
     -- heartbeat (lonnymq_extend_v2), and the message ends dead with reason 'cancelled'.
     -- Only a leased message carries it (anything that gives the lease back buries it).
     cancel_requested boolean  NOT NULL DEFAULT false,
+    -- The lease took a slot of its queue's concurrency cap (lonnymq_queue_config).
+    queue_slot    boolean     NOT NULL DEFAULT false,
     CONSTRAINT lonnymq_message_attempts_nonnegative CHECK (attempts >= 0),
     -- 1970-01-01 to 9999-12-31: every release time is a date Python and the admin can show.
     CONSTRAINT lonnymq_message_dequeue_at_range CHECK (dequeue_at BETWEEN 0 AND 253402300799999),
@@ -127,7 +129,8 @@ CREATE TABLE lonnymq_message (
     CONSTRAINT lonnymq_message_slot_needs_lease CHECK (NOT slot_taken OR lease_until IS NOT NULL),
     CONSTRAINT lonnymq_message_dedup_key_length
         CHECK (dedup_key IS NULL OR char_length(dedup_key) BETWEEN 1 AND 200),
-    CONSTRAINT lonnymq_message_payload_size CHECK (pg_column_size(payload) <= 8388608)
+    CONSTRAINT lonnymq_message_payload_size CHECK (pg_column_size(payload) <= 8388608),
+    CONSTRAINT lonnymq_message_queue_slot_needs_lease CHECK (NOT queue_slot OR lease_until IS NOT NULL)
 ) WITH (
     fillfactor = 90,
     autovacuum_vacuum_scale_factor = 0.02,
@@ -211,6 +214,39 @@ CREATE TABLE lonnymq_dead_message (
 );
 CREATE INDEX lonnymq_dead_queue_died_idx ON lonnymq_dead_message (queue, died_at);
 CREATE INDEX lonnymq_dead_channel_idx ON lonnymq_dead_message (channel_id);
+
+-- Queue-wide limits, across all workers and channels of a queue: a concurrency cap and a
+-- token bucket. Only queues with a row pay for them: a dequeue of such a queue locks its row
+-- (the only row every dequeuer of the queue shares), a lease that took a slot is flagged
+-- (lonnymq_message.queue_slot), and only flagged leases give a slot back. A queue without
+-- a row costs one index probe per dequeue and nothing per ack. At least one limit is set:
+-- configure_queue deletes the row when the last one is removed.
+CREATE TABLE lonnymq_queue_config (
+    queue            text        PRIMARY KEY,
+    max_concurrency  integer     NULL,
+    rate_count       integer     NULL,
+    rate_period_ms   bigint      NULL,
+    rate_burst       integer     NULL,
+    -- Leases of the queue that took a slot (kept only while max_concurrency is set).
+    in_flight        integer     NOT NULL DEFAULT 0,
+    -- The bucket's fill right after the last release, in token x period units; NULL: full.
+    bucket_level     bigint      NULL,
+    last_release_at  bigint      NULL,
+    next_token_at    bigint      NULL,
+    updated_at       timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT lonnymq_queue_config_queue_length CHECK (char_length(queue) BETWEEN 1 AND 100),
+    CONSTRAINT lonnymq_queue_config_queue_not_blank CHECK (queue ~ '\S'),
+    CONSTRAINT lonnymq_queue_config_max_concurrency_positive
+        CHECK (max_concurrency IS NULL OR max_concurrency > 0),
+    CONSTRAINT lonnymq_queue_config_rate_complete
+        CHECK ((rate_count IS NULL) = (rate_period_ms IS NULL) AND (rate_count IS NULL) = (rate_burst IS NULL)),
+    CONSTRAINT lonnymq_queue_config_rate_count_range CHECK (rate_count BETWEEN 1 AND 1000000),
+    CONSTRAINT lonnymq_queue_config_rate_period_range CHECK (rate_period_ms BETWEEN 1 AND 31622400000),
+    CONSTRAINT lonnymq_queue_config_rate_burst_range CHECK (rate_burst BETWEEN 1 AND 1000000),
+    CONSTRAINT lonnymq_queue_config_has_a_limit CHECK (max_concurrency IS NOT NULL OR rate_count IS NOT NULL),
+    CONSTRAINT lonnymq_queue_config_in_flight_nonnegative CHECK (in_flight >= 0),
+    CONSTRAINT lonnymq_queue_config_bucket_level_nonnegative CHECK (bucket_level >= 0)
+);
 
 -- Dashboard history: one row per queue each time someone records a sample.
 -- Written by `manage.py lonnymq_stats --record` (cron, or --interval), pruned by the same
@@ -1093,7 +1129,8 @@ $$;
 -- messages per round. Rows come back in round-robin order: the first round of each channel
 -- in pick order, then the second, and so on. When every due channel is held by another
 -- dequeuer, the call leases messages of those without limits without their rows
--- (lonnymq_dequeue_held_v1).
+-- (lonnymq_dequeue_held_v1). A queue with a lonnymq_queue_config row releases no more than
+-- its cap's free slots and its bucket's tokens allow.
 CREATE FUNCTION lonnymq_dequeue_v1(
     p_queue        text,
     p_batch_size   integer DEFAULT 1,
@@ -1142,6 +1179,11 @@ DECLARE
     v_head        bigint;
     v_floor       bigint;
     v_level       bigint;
+    v_batch       integer;
+    v_qc          lonnymq_queue_config%ROWTYPE;
+    v_q_known     boolean := false;
+    v_q_level     bigint;
+    v_q_leased    integer;
 BEGIN
     IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'dequeue needs READ COMMITTED, the session runs %', pg_catalog.current_setting('transaction_isolation')
@@ -1154,6 +1196,7 @@ BEGIN
     PERFORM lonnymq_check_range_v1('tolerance', p_tolerance_ms, 0::bigint, 86400000::bigint, false);
     PERFORM lonnymq_check_range_v1('recheck', p_recheck_ms, 0::bigint, 86400000::bigint, false);
     v_now := lonnymq_now_ms_v1();
+    v_batch := p_batch_size;
 
     -- 1. Pick channels whose turn has come, in round-robin order; skip those another
     --    dequeuer holds. NO KEY UPDATE does not conflict with the KEY SHARE locks that
@@ -1168,19 +1211,45 @@ BEGIN
     v_lock_timeout := pg_catalog.current_setting('lock_timeout');
     PERFORM pg_catalog.set_config('lock_timeout', '20ms', true);
     BEGIN
-        -- 0. Producers' committed wake-up marks lower their channels' next turn first.
+        -- 0. A queue-wide limit: lock the queue's row (the wait is bounded by the lock
+        --    timeout), so concurrent dequeuers of the queue never admit more than it allows.
+        --    Without a row this is one index probe.
+        SELECT * INTO v_qc FROM lonnymq_queue_config qc WHERE qc.queue = p_queue FOR NO KEY UPDATE;
+        v_q_known := true;
+        IF v_qc.queue IS NOT NULL THEN
+            IF v_qc.max_concurrency IS NOT NULL THEN
+                v_batch := least(v_batch, greatest(v_qc.max_concurrency - v_qc.in_flight, 0));
+            END IF;
+            IF v_qc.rate_count IS NOT NULL THEN
+                v_q_level := CASE WHEN v_qc.bucket_level IS NULL OR v_qc.last_release_at IS NULL
+                                  THEN v_qc.rate_burst::bigint * v_qc.rate_period_ms
+                                  ELSE least(v_qc.rate_burst::bigint * v_qc.rate_period_ms,
+                                             v_qc.bucket_level + least(greatest(v_now - v_qc.last_release_at, 0::bigint),
+                                                                       v_qc.rate_burst::bigint * v_qc.rate_period_ms)
+                                                               * v_qc.rate_count::bigint) END;
+                -- Never refill from a release "after" this call's clock reading.
+                v_batch := CASE WHEN v_qc.last_release_at > v_now THEN 0
+                                ELSE least(v_batch::bigint, v_q_level / v_qc.rate_period_ms)::integer END;
+            END IF;
+            IF v_batch < 1 THEN
+                PERFORM pg_catalog.set_config('lock_timeout', v_lock_timeout, true);
+                RETURN;
+            END IF;
+        END IF;
+        -- Producers' committed wake-up marks lower their channels' next turn first.
         IF EXISTS (SELECT 1 FROM lonnymq_wake w WHERE w.queue = p_queue) THEN
             PERFORM lonnymq_apply_marks_v1(p_queue, p_tolerance_ms);
         END IF;
-        SELECT pg_catalog.array_agg(p.id ORDER BY p.next_dequeue_at, p.turn),
-               pg_catalog.array_agg(p.name ORDER BY p.next_dequeue_at, p.turn),
+        -- The aggregates read the picked rows in the subquery's round-robin order (one sort;
+        -- before PostgreSQL 16 every aggregate with its own ORDER BY sorts again).
+        SELECT pg_catalog.array_agg(p.id),
+               pg_catalog.array_agg(p.name),
                pg_catalog.array_agg(CASE WHEN p.level IS NULL THEN p.room
-                                         ELSE least(p.room::bigint, p.level / p.rate_period_ms)::integer END
-                                    ORDER BY p.next_dequeue_at, p.turn),
+                                         ELSE least(p.room::bigint, p.level / p.rate_period_ms)::integer END),
                pg_catalog.array_agg(p.id) FILTER (WHERE p.max_concurrency IS NOT NULL),
-               pg_catalog.array_agg(p.weight ORDER BY p.next_dequeue_at, p.turn),
-               pg_catalog.array_agg(p.round_used ORDER BY p.next_dequeue_at, p.turn),
-               pg_catalog.array_agg(p.level ORDER BY p.next_dequeue_at, p.turn),
+               pg_catalog.array_agg(p.weight),
+               pg_catalog.array_agg(p.round_used),
+               pg_catalog.array_agg(p.level),
                pg_catalog.sum(p.weight - p.round_used), pg_catalog.sum(p.weight)
           INTO v_ch_ids, v_ch_names, v_quotas, v_limited, v_weights, v_used, v_levels,
                v_rounds_first, v_weight_sum
@@ -1207,7 +1276,7 @@ BEGIN
                -- (another dequeuer's clock read a moment later).
                AND (c.rate_count IS NULL OR c.last_dequeue_at IS NULL OR c.last_dequeue_at <= v_now)
              ORDER BY c.next_dequeue_at, c.turn
-             LIMIT p_batch_size
+             LIMIT v_batch
                FOR NO KEY UPDATE OF c SKIP LOCKED
           ) p;
     EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
@@ -1215,6 +1284,12 @@ BEGIN
     END;
     PERFORM pg_catalog.set_config('lock_timeout', v_lock_timeout, true);
     v_n := coalesce(pg_catalog.cardinality(v_ch_ids), 0);
+    IF v_n = 0 AND (NOT v_q_known OR v_qc.queue IS NOT NULL) THEN
+        -- A queue-wide limit (or a queue row this call could not read in time): no lease
+        -- without the queue's count. Its dequeuers take the queue's row in turn, so they
+        -- seldom find every channel held.
+        RETURN;
+    END IF;
     IF v_n = 0 THEN
         -- No due channel we could lock: the others' dequeuers hold them (or none is due).
         -- Those without limits are served without their rows.
@@ -1229,11 +1304,10 @@ BEGIN
     --    weight w takes w per round (fewer in the first round when it is part-way through
     --    one). Enough rounds for a full batch if every channel had a backlog (with weights
     --    1: ceil(batch / channels) each, as a plain round robin), capped by the room. Then
-    --    the batch is cut in round-robin order (round, pick order, rank).
-    v_rounds := pg_catalog.ceil(greatest(p_batch_size - v_rounds_first, 0)::numeric / v_weight_sum::numeric)::bigint;
-    SELECT pg_catalog.array_agg(x.id ORDER BY x.rnd, x.ord, x.rank),
-           pg_catalog.array_agg(x.ord ORDER BY x.rnd, x.ord, x.rank),
-           pg_catalog.array_agg(x.rnd ORDER BY x.rnd, x.ord, x.rank)
+    --    the batch is cut in round-robin order (round, pick order, rank), the order the
+    --    aggregates read the subquery in.
+    v_rounds := pg_catalog.ceil(greatest(v_batch - v_rounds_first, 0)::numeric / v_weight_sum::numeric)::bigint;
+    SELECT pg_catalog.array_agg(x.id), pg_catalog.array_agg(x.ord), pg_catalog.array_agg(x.rnd)
       INTO v_msg_ids, v_msg_ords, v_msg_rounds
       FROM (
         SELECT m.id, m.rank, p.ord, (p.used + m.rank - 1) / p.weight AS rnd
@@ -1249,18 +1323,19 @@ BEGIN
                          AND mm.dequeue_at <= v_now
                        ORDER BY mm.dequeue_at, mm.id
                        LIMIT least(p.room::bigint, (p.weight - p.used)::bigint + v_rounds * p.weight::bigint,
-                                   p_batch_size::bigint)
+                                   v_batch::bigint)
                          FOR UPDATE OF mm SKIP LOCKED) q
           ) m
+         ORDER BY 4, p.ord, m.rank
       ) x;
     -- Cut to the batch. The channels whose round the cut interrupted are owed the rest of
     -- it: they keep their place in the rotation (step 4).
-    IF pg_catalog.cardinality(v_msg_ids) > p_batch_size THEN
+    IF pg_catalog.cardinality(v_msg_ids) > v_batch THEN
         SELECT pg_catalog.array_agg(DISTINCT o.ord) INTO v_cut_owed
           FROM ROWS FROM (pg_catalog.unnest(v_msg_ords), pg_catalog.unnest(v_msg_rounds)) WITH ORDINALITY AS o(ord, rnd, pos)
-         WHERE o.pos > p_batch_size AND o.rnd = v_msg_rounds[p_batch_size];
-        v_msg_ids := v_msg_ids[1:p_batch_size];
-        v_msg_ords := v_msg_ords[1:p_batch_size];
+         WHERE o.pos > v_batch AND o.rnd = v_msg_rounds[v_batch];
+        v_msg_ids := v_msg_ids[1:v_batch];
+        v_msg_ords := v_msg_ords[1:v_batch];
     END IF;
 
     -- 3. Lease them (matched by id array: a join here is planned as a full scan).
@@ -1270,32 +1345,49 @@ BEGIN
                lease_token = v_token,
                leased_by = p_worker,
                attempts = m.attempts + 1,
-               slot_taken = (v_limited IS NOT NULL AND m.channel_id = ANY (v_limited))
+               slot_taken = (v_limited IS NOT NULL AND m.channel_id = ANY (v_limited)),
+               queue_slot = (v_qc.max_concurrency IS NOT NULL)
          WHERE m.id = ANY (v_msg_ids);
+        -- The queue's counters, in the row this call has held since step 0.
+        IF v_qc.queue IS NOT NULL THEN
+            v_q_leased := pg_catalog.cardinality(v_msg_ids);
+            v_q_level := v_q_level - v_q_leased::bigint * v_qc.rate_period_ms;
+            UPDATE lonnymq_queue_config qc
+               SET in_flight = qc.in_flight + CASE WHEN qc.max_concurrency IS NOT NULL THEN v_q_leased ELSE 0 END,
+                   bucket_level = v_q_level,
+                   last_release_at = v_now,
+                   next_token_at = CASE WHEN v_q_level IS NULL THEN NULL
+                                        WHEN v_q_level >= qc.rate_period_ms THEN v_now
+                                        ELSE v_now + (qc.rate_period_ms - v_q_level + qc.rate_count - 1) / qc.rate_count END
+             WHERE qc.queue = p_queue;
+        END IF;
     END IF;
 
     -- 4. Each picked channel's next turn: its next ready message, no earlier than now plus
     --    its release interval when it released something, nor before its bucket's next token.
     --    Leased per channel comes from step 2's pick ordinals: probing the message table
     --    with the id array once per channel cost 100 x 100 index probes per call.
-    SELECT pg_catalog.array_agg(p.channel_id ORDER BY p.ord),
-           pg_catalog.array_agg(h.dequeue_at ORDER BY p.ord),
-           pg_catalog.array_agg(c.last_dequeue_at + c.release_interval_ms ORDER BY p.ord),
-           pg_catalog.array_agg(coalesce(pg_catalog.cardinality(pg_catalog.array_positions(v_msg_ords, p.ord)), 0) ORDER BY p.ord),
-           pg_catalog.array_agg(c.release_interval_ms ORDER BY p.ord),
-           pg_catalog.array_agg(c.next_token_at ORDER BY p.ord),
-           pg_catalog.array_agg(c.rate_count ORDER BY p.ord),
-           pg_catalog.array_agg(c.rate_period_ms ORDER BY p.ord)
+    --    The aggregates read the rows in the subquery's pick order (one sort).
+    SELECT pg_catalog.array_agg(n.channel_id), pg_catalog.array_agg(n.head), pg_catalog.array_agg(n.last_floor),
+           pg_catalog.array_agg(n.leased), pg_catalog.array_agg(n.release_interval_ms),
+           pg_catalog.array_agg(n.next_token_at), pg_catalog.array_agg(n.rate_count),
+           pg_catalog.array_agg(n.rate_period_ms)
       INTO v_next_ids, v_next_at, v_next_last, v_next_leased, v_intervals, v_next_token, v_rate_n, v_rate_period
-      FROM pg_catalog.unnest(v_ch_ids) WITH ORDINALITY AS p(channel_id, ord)
-      -- "= ANY" gives the planner an index path (a plain join to unnest() is planned as a
-      -- hash join over a sequential scan of every channel).
-      JOIN lonnymq_channel c ON c.id = p.channel_id AND c.id = ANY (v_ch_ids)
-      LEFT JOIN LATERAL (
-          SELECT mm.dequeue_at FROM lonnymq_message mm
-           WHERE mm.channel_id = p.channel_id AND mm.lease_until IS NULL
-           ORDER BY mm.dequeue_at, mm.id LIMIT 1
-      ) h ON true;
+      FROM (
+        SELECT p.channel_id, h.dequeue_at AS head, c.last_dequeue_at + c.release_interval_ms AS last_floor,
+               coalesce(pg_catalog.cardinality(pg_catalog.array_positions(v_msg_ords, p.ord)), 0) AS leased,
+               c.release_interval_ms, c.next_token_at, c.rate_count, c.rate_period_ms
+          FROM pg_catalog.unnest(v_ch_ids) WITH ORDINALITY AS p(channel_id, ord)
+          -- "= ANY" gives the planner an index path (a plain join to unnest() is planned as a
+          -- hash join over a sequential scan of every channel).
+          JOIN lonnymq_channel c ON c.id = p.channel_id AND c.id = ANY (v_ch_ids)
+          LEFT JOIN LATERAL (
+              SELECT mm.dequeue_at FROM lonnymq_message mm
+               WHERE mm.channel_id = p.channel_id AND mm.lease_until IS NULL
+               ORDER BY mm.dequeue_at, mm.id LIMIT 1
+          ) h ON true
+         ORDER BY p.ord
+      ) n;
     v_owed := pg_catalog.array_fill(false, ARRAY[v_n]);
     v_next_level := v_levels;
 
@@ -1315,7 +1407,7 @@ BEGIN
         END IF;
         v_floor := greatest(v_floor, v_next_token[i]);
         v_head := v_next_at[i];
-        IF v_head <= v_now AND v_floor <= v_now
+        IF (v_cut_owed IS NOT NULL OR v_weight_sum > v_n) AND v_head <= v_now AND v_floor <= v_now
            AND (v_quotas[i] IS NULL OR v_next_leased[i] < v_quotas[i])
            AND ((v_next_leased[i] > 0 AND (v_used[i] + v_next_leased[i]) % v_weights[i] <> 0)
                 OR i = ANY (v_cut_owed)) THEN
@@ -1372,12 +1464,15 @@ END
 $$;
 
 -- The earliest time any eligible channel of these queues may release (NULL: none queued).
--- Idle workers sleep until then, or until a notification wakes them.
+-- Idle workers sleep until then, or until a notification wakes them. A queue at its
+-- queue-wide cap has no such time (an ack that gives a slot back notifies); a queue-wide
+-- bucket's next token comes first.
 CREATE FUNCTION lonnymq_next_due_v1(p_queues text[]) RETURNS bigint
 LANGUAGE sql STABLE
 SET search_path FROM CURRENT
 AS $$
-    SELECT pg_catalog.min(x.at) FROM pg_catalog.unnest(p_queues) AS q(name)
+    SELECT pg_catalog.min(greatest(x.at, qc.next_token_at)) FROM pg_catalog.unnest(p_queues) AS q(name)
+    LEFT JOIN lonnymq_queue_config qc ON qc.queue = q.name
     CROSS JOIN LATERAL (
         (SELECT c.next_dequeue_at AS at FROM lonnymq_channel c
           WHERE c.queue = q.name
@@ -1389,6 +1484,7 @@ AS $$
         -- A producer's committed mark: the next dequeue applies it.
         (SELECT w.dequeue_at FROM lonnymq_wake w WHERE w.queue = q.name ORDER BY w.dequeue_at LIMIT 1)
     ) x
+    WHERE qc.max_concurrency IS NULL OR qc.in_flight < qc.max_concurrency
 $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -1423,6 +1519,34 @@ BEGIN
 END
 $$;
 
+-- Give back the queue-wide slots of leases that took one (p_channel_ids: the channel of each
+-- such lease), one queue row at a time in name order. Notifies when a queue at its cap gets
+-- room again. Callers hold these leases' message rows (and have given back their channel
+-- slots): queue rows are always the last rows a call locks.
+CREATE FUNCTION lonnymq_give_back_queue_slots_v1(p_channel_ids bigint[]) RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_row    record;
+    v_reopen boolean;
+BEGIN
+    FOR v_row IN
+        SELECT c.queue, pg_catalog.count(*)::integer AS n
+          FROM pg_catalog.unnest(p_channel_ids) AS u(channel_id)
+          JOIN lonnymq_channel c ON c.id = u.channel_id AND c.id = ANY (p_channel_ids)
+         GROUP BY c.queue ORDER BY c.queue
+    LOOP
+        UPDATE lonnymq_queue_config qc SET in_flight = greatest(qc.in_flight - v_row.n, 0)
+         WHERE qc.queue = v_row.queue AND qc.max_concurrency IS NOT NULL
+        RETURNING qc.in_flight + v_row.n >= qc.max_concurrency INTO v_reopen;
+        IF v_reopen THEN
+            PERFORM pg_catalog.pg_notify('lonnymq_wakeup', v_row.queue);
+        END IF;
+    END LOOP;
+END
+$$;
+
 -- Acknowledge processed messages: delete them. Returns the ids acked; an id missing from the
 -- result had a stale token (its lease expired and was taken over) or no longer exists.
 CREATE FUNCTION lonnymq_ack_v1(p_ids bigint[], p_tokens uuid[]) RETURNS bigint[]
@@ -1432,6 +1556,7 @@ AS $$
 DECLARE
     v_acked bigint[];
     v_slots bigint[];
+    v_queue_slots bigint[];
 BEGIN
     PERFORM lonnymq_check_list_v1('ids', pg_catalog.array_ndims(p_ids));
     PERFORM lonnymq_check_list_v1('tokens', pg_catalog.array_ndims(p_tokens));
@@ -1442,12 +1567,16 @@ BEGIN
         DELETE FROM lonnymq_message m
          WHERE m.id = ANY (p_ids)
            AND (m.id, m.lease_token) IN (SELECT u.id, u.token FROM ROWS FROM (pg_catalog.unnest(p_ids), pg_catalog.unnest(p_tokens)) AS u(id, token))
-        RETURNING m.id, m.channel_id, m.slot_taken
+        RETURNING m.id, m.channel_id, m.slot_taken, m.queue_slot
     )
-    SELECT coalesce(pg_catalog.array_agg(g.id), ARRAY[]::bigint[]), pg_catalog.array_agg(g.channel_id) FILTER (WHERE g.slot_taken)
-      INTO v_acked, v_slots FROM gone g;
+    SELECT coalesce(pg_catalog.array_agg(g.id), ARRAY[]::bigint[]), pg_catalog.array_agg(g.channel_id) FILTER (WHERE g.slot_taken),
+           pg_catalog.array_agg(g.channel_id) FILTER (WHERE g.queue_slot)
+      INTO v_acked, v_slots, v_queue_slots FROM gone g;
     IF v_slots IS NOT NULL THEN
         PERFORM lonnymq_give_back_slots_v1(v_slots);
+    END IF;
+    IF v_queue_slots IS NOT NULL THEN
+        PERFORM lonnymq_give_back_queue_slots_v1(v_queue_slots);
     END IF;
     RETURN v_acked;
 END
@@ -1509,6 +1638,7 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_slots bigint[];
+    v_queue_slots bigint[];
     v_n integer;
 BEGIN
     WITH gone AS (
@@ -1524,10 +1654,14 @@ BEGIN
           FROM gone g JOIN lonnymq_channel c ON c.id = g.channel_id
         RETURNING 1
     )
-    SELECT pg_catalog.array_agg(g.channel_id) FILTER (WHERE g.slot_taken), (SELECT pg_catalog.count(*) FROM dead)
-      INTO v_slots, v_n FROM gone g;
+    SELECT pg_catalog.array_agg(g.channel_id) FILTER (WHERE g.slot_taken),
+           pg_catalog.array_agg(g.channel_id) FILTER (WHERE g.queue_slot), (SELECT pg_catalog.count(*) FROM dead)
+      INTO v_slots, v_queue_slots, v_n FROM gone g;
     IF v_slots IS NOT NULL THEN
         PERFORM lonnymq_give_back_slots_v1(v_slots);
+    END IF;
+    IF v_queue_slots IS NOT NULL THEN
+        PERFORM lonnymq_give_back_queue_slots_v1(v_queue_slots);
     END IF;
     RETURN coalesce(v_n, 0);
 END
@@ -1544,6 +1678,7 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_slots     bigint[];
+    v_queue_slots bigint[];
     v_cancelled bigint[];
     v_ch        record;
 BEGIN
@@ -1557,10 +1692,11 @@ BEGIN
     IF v_cancelled IS NOT NULL THEN
         PERFORM lonnymq_bury_v1(v_cancelled, 'cancelled', p_error);
     END IF;
-    SELECT pg_catalog.array_agg(m.channel_id) FILTER (WHERE m.slot_taken) INTO v_slots
+    SELECT pg_catalog.array_agg(m.channel_id) FILTER (WHERE m.slot_taken),
+           pg_catalog.array_agg(m.channel_id) FILTER (WHERE m.queue_slot) INTO v_slots, v_queue_slots
       FROM lonnymq_message m WHERE m.id = ANY (p_ids);
     UPDATE lonnymq_message m
-       SET lease_until = NULL, lease_token = NULL, leased_by = NULL, slot_taken = false,
+       SET lease_until = NULL, lease_token = NULL, leased_by = NULL, slot_taken = false, queue_slot = false,
            dequeue_at = u.dequeue_at,
            attempts = CASE WHEN p_uncount THEN greatest(m.attempts - 1, 0) ELSE m.attempts END,
            last_error = coalesce(p_error, m.last_error)
@@ -1580,6 +1716,9 @@ BEGIN
             PERFORM pg_catalog.pg_notify('lonnymq_wakeup', v_ch.queue);
         END IF;
     END LOOP;
+    IF v_queue_slots IS NOT NULL THEN
+        PERFORM lonnymq_give_back_queue_slots_v1(v_queue_slots);
+    END IF;
 END
 $$;
 
@@ -2108,6 +2247,94 @@ BEGIN
 END
 $$;
 
+-- Set or change a queue's queue-wide limits: a NULL argument leaves that limit as it is
+-- (p_unlimited removes the cap, p_no_rate the bucket); with no limit left the queue's row
+-- is deleted and its dequeues pay nothing again. The row is locked (or created) first.
+-- Setting a cap where there was none counts the queue's leases already running (claimed
+-- with SKIP LOCKED: a locked one is leaving flight, and waiting on it could deadlock with
+-- its ack), so the cap holds at once. A new or changed rate starts with a full bucket.
+-- Returns whether the queue has a limit now.
+CREATE FUNCTION lonnymq_configure_queue_v1(
+    p_queue text, p_max_concurrency integer DEFAULT NULL, p_unlimited boolean DEFAULT false,
+    p_rate_count integer DEFAULT NULL, p_rate_period_ms bigint DEFAULT NULL, p_rate_burst integer DEFAULT NULL,
+    p_no_rate boolean DEFAULT false
+) RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_old      lonnymq_queue_config%ROWTYPE;
+    v_new_rate boolean;
+    v_max      integer;
+    v_count    integer;
+    v_period   bigint;
+    v_burst    integer;
+    v_in_flight integer;
+BEGIN
+    IF p_queue IS NULL OR pg_catalog.char_length(p_queue) NOT BETWEEN 1 AND 100 OR p_queue !~ '\S' THEN
+        PERFORM lonnymq_raise_invalid_v1('queue', 'must be 1 to 100 characters, not only blanks',
+                                         pg_catalog.quote_nullable(p_queue));
+    END IF;
+    IF p_max_concurrency IS NOT NULL AND p_max_concurrency < 1 THEN
+        PERFORM lonnymq_raise_invalid_v1('max_concurrency', 'must be positive or null (unlimited)', p_max_concurrency::text);
+    END IF;
+    IF p_max_concurrency IS NOT NULL AND coalesce(p_unlimited, false) THEN
+        PERFORM lonnymq_raise_invalid_v1('max_concurrency', 'cannot be combined with unlimited', p_max_concurrency::text);
+    END IF;
+    v_new_rate := p_rate_count IS NOT NULL OR p_rate_period_ms IS NOT NULL OR p_rate_burst IS NOT NULL;
+    IF v_new_rate THEN
+        IF coalesce(p_no_rate, false) THEN
+            PERFORM lonnymq_raise_invalid_v1('rate', 'cannot be combined with no_rate', p_rate_count::text);
+        END IF;
+        PERFORM lonnymq_check_range_v1('rate_count', p_rate_count::bigint, 1::bigint, 1000000::bigint, false);
+        PERFORM lonnymq_check_range_v1('rate_period_ms', p_rate_period_ms, 1::bigint, 31622400000::bigint, false);
+        PERFORM lonnymq_check_range_v1('rate_burst', p_rate_burst::bigint, 1::bigint, 1000000::bigint, false);
+    END IF;
+    -- Two first configurations of one queue must not both count its leases: the second
+    -- waits for the first (an advisory lock on the queue's name, beside the channels' ones).
+    PERFORM pg_catalog.pg_advisory_xact_lock(lonnymq_lock_ns_v1() + 1, pg_catalog.hashtext(p_queue));
+    SELECT * INTO v_old FROM lonnymq_queue_config qc WHERE qc.queue = p_queue FOR NO KEY UPDATE;
+    v_max := CASE WHEN coalesce(p_unlimited, false) THEN NULL
+                  ELSE coalesce(p_max_concurrency, v_old.max_concurrency) END;
+    v_count := CASE WHEN v_new_rate THEN p_rate_count WHEN p_no_rate THEN NULL ELSE v_old.rate_count END;
+    v_period := CASE WHEN v_new_rate THEN p_rate_period_ms WHEN p_no_rate THEN NULL ELSE v_old.rate_period_ms END;
+    v_burst := CASE WHEN v_new_rate THEN p_rate_burst WHEN p_no_rate THEN NULL ELSE v_old.rate_burst END;
+    PERFORM pg_catalog.pg_notify('lonnymq_wakeup', p_queue);
+    IF v_max IS NULL AND v_count IS NULL THEN
+        DELETE FROM lonnymq_queue_config qc WHERE qc.queue = p_queue;
+        RETURN false;
+    END IF;
+    IF v_max IS NULL THEN
+        v_in_flight := 0;
+    ELSIF v_old.max_concurrency IS NULL THEN
+        UPDATE lonnymq_message m SET queue_slot = true
+         WHERE m.id IN (SELECT mm.id FROM lonnymq_message mm
+                          JOIN lonnymq_channel c ON c.id = mm.channel_id
+                         WHERE mm.lease_until IS NOT NULL AND c.queue = p_queue AND NOT mm.queue_slot
+                           FOR UPDATE OF mm SKIP LOCKED);
+        -- A new statement: it sees the leases just claimed and those flagged before (an ack
+        -- of one of these that is under way gives its slot back after this commits).
+        SELECT pg_catalog.count(*)::integer INTO v_in_flight
+          FROM lonnymq_message m JOIN lonnymq_channel c ON c.id = m.channel_id
+         WHERE m.queue_slot AND c.queue = p_queue;
+    ELSE
+        v_in_flight := v_old.in_flight;
+    END IF;
+    INSERT INTO lonnymq_queue_config AS qc (queue, max_concurrency, rate_count, rate_period_ms, rate_burst, in_flight)
+    VALUES (p_queue, v_max, v_count, v_period, v_burst, v_in_flight)
+    ON CONFLICT (queue) DO UPDATE
+       SET max_concurrency = excluded.max_concurrency,
+           rate_count = excluded.rate_count,
+           rate_period_ms = excluded.rate_period_ms,
+           rate_burst = excluded.rate_burst,
+           in_flight = excluded.in_flight,
+           bucket_level = CASE WHEN v_new_rate OR p_no_rate THEN NULL ELSE qc.bucket_level END,
+           next_token_at = CASE WHEN v_new_rate OR p_no_rate THEN NULL ELSE qc.next_token_at END,
+           updated_at = pg_catalog.now();
+    RETURN true;
+END
+$$;
+
 -- Delete a channel only while it holds no message and no enqueue into it is in flight.
 -- Returns 'deleted', 'not_empty', 'busy' (a producer or dequeuer holds it: try again) or
 -- 'missing'. Dead messages keep their queue and channel names (requeue recreates the
@@ -2161,6 +2388,8 @@ $$;
 
 -- Scheduler invariants, for tests and the health command. One row per problem:
 --   in_flight_mismatch: in_flight differs from the leases that took a slot;
+--   queue_in_flight_mismatch: a queue-wide cap's in_flight differs from the leases of the
+--     queue that took a queue slot (channel_id and channel NULL);
 --   stranded: a ready message is due but its channel will not look at it.
 CREATE FUNCTION lonnymq_check_v1(p_grace_ms bigint DEFAULT 1000)
 RETURNS TABLE (channel_id bigint, queue text, channel text, problem text, detail text)
@@ -2177,6 +2406,14 @@ BEGIN
           LEFT JOIN (SELECT m.channel_id, pg_catalog.count(*) AS n FROM lonnymq_message m
                       WHERE m.slot_taken GROUP BY m.channel_id) s ON s.channel_id = c.id
          WHERE c.in_flight <> coalesce(s.n, 0)
+        UNION ALL
+        SELECT NULL::bigint, qc.queue, NULL::text, 'queue_in_flight_mismatch',
+               pg_catalog.format('in_flight=%s, slot-taking leases=%s', qc.in_flight, coalesce(s.n, 0))
+          FROM lonnymq_queue_config qc
+          LEFT JOIN (SELECT c.queue, pg_catalog.count(*) AS n
+                       FROM lonnymq_message m JOIN lonnymq_channel c ON c.id = m.channel_id
+                      WHERE m.queue_slot GROUP BY c.queue) s ON s.queue = qc.queue
+         WHERE qc.max_concurrency IS NOT NULL AND qc.in_flight <> coalesce(s.n, 0)
         UNION ALL
         SELECT c.id, c.queue, c.name, 'stranded',
                pg_catalog.format('head due at %s, next_dequeue_at=%s', h.dequeue_at, coalesce(c.next_dequeue_at::text, 'null'))

@@ -39,3 +39,22 @@ def by_kind(message: Message) -> None:
         raise Retry(delay=0, reason="once more")
     if kind == "discard":
         raise Discard("not wanted")
+
+
+@handler("acc_qcap")
+def count_queue_in_flight(message: Message) -> None:
+    """Counts the queue's handlers running at once (testapp_inflight row ``queue:<queue>``);
+    the first delivery sleeps ``first_seconds`` when given, later ones ``seconds``."""
+    key = f"queue:{message.queue}"
+    record(message, "start")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE testapp_inflight SET now = now + 1, peak = greatest(peak, now + 1) WHERE channel = %s", [key]
+        )
+    try:
+        seconds = message.payload.get("first_seconds", 0) if message.attempt == 1 else 0
+        time.sleep(float(seconds or message.payload.get("seconds", 0.05)))
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("UPDATE testapp_inflight SET now = now - 1 WHERE channel = %s", [key])
+    record(message, "done")

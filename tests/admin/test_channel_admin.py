@@ -38,6 +38,7 @@ def list_edit_post(ch: Channel, **values: object) -> dict[str, object]:
         "form-0-id": str(ch.pk),
         "form-0-max_concurrency": "" if ch.max_concurrency is None else str(ch.max_concurrency),
         "form-0-release_interval_ms": str(ch.release_interval_ms),
+        "form-0-weight": str(ch.weight),
         "_save": "Save",
     }
     data.update({f"form-0-{key}": value for key, value in values.items()})

@@ -18,7 +18,9 @@ with a failure); ``LONNYMQ_CHAOS_SEED=N`` replays it.
 
 At the end: every message was handled (the t_record handler wrote a 'done' row for it), a
 message handled twice was first handled by a worker that was then killed, or around the
-restart; nothing died; every channel's in_flight is back to 0; the checker is clean.
+restart; nothing died; every channel's in_flight and the queue-wide cap's are back to 0; the
+checker is clean. Some channels have weights and token buckets, and the queue has a queue-wide
+cap of 12 and a bucket.
 """
 
 from __future__ import annotations
@@ -171,6 +173,15 @@ def test_sigkilled_workers_and_a_database_restart_lose_nothing(
     restart_server = _restarter(admin) if restart else None
     for i, name in enumerate(CHANNELS):
         q.configure(admin, QUEUE, name, max_concurrency=1 + i % 5)
+    # Every limit kind on some channels (weights, token buckets) and a queue-wide cap and
+    # bucket: killed workers' queue slots must come back too.
+    for i, name in enumerate(CHANNELS[:10]):
+        rate = (200, 1000, 10) if i % 2 else (None, None, None)
+        admin.execute(
+            "SELECT lonnymq_configure_channel_v3(%s, %s, NULL, false, NULL, NULL, %s, %s, %s, %s, false)",
+            [QUEUE, name, 1 + i % 3, *rate],
+        )
+    admin.execute("SELECT lonnymq_configure_queue_v1(%s, 12, false, 5000, 1000, 200, false)", [QUEUE])
     ids: list[int] = []
     for start in range(0, total, 1000):
         n = min(1000, total - start)
@@ -271,4 +282,5 @@ def test_sigkilled_workers_and_a_database_restart_lose_nothing(
     assert admin.execute(
         "SELECT count(*) FROM lonnymq_channel WHERE queue = %s AND in_flight <> 0", [QUEUE]
     ).fetchone()[0] == 0
+    assert admin.execute("SELECT in_flight FROM lonnymq_queue_config WHERE queue = %s", [QUEUE]).fetchone()[0] == 0
     assert q.check(admin, 0) == []

@@ -203,12 +203,26 @@ def _vacuumer(conn: psycopg.Connection[Any], done: threading.Event, ledger: Ledg
         ledger.fail(f"vacuumer: {exc!r}")
 
 
+def _every_limit_kind(admin: psycopg.Connection[Any]) -> None:
+    """Weights, token buckets (alone and with a weight and a cap) on some cold channels, and a
+    queue-wide cap and bucket over all of them."""
+    for name, weight, rate, cap in [(COLD[5], 3, None, None), (COLD[6], None, (50, 1000, 5), None),
+                                    (COLD[7], 2, (100, 1000, 2), 3)]:
+        count, period, burst = rate or (None, None, None)
+        admin.execute(
+            "SELECT lonnymq_configure_channel_v3(%s, %s, %s, %s, NULL, NULL, %s, %s, %s, %s, false)",
+            [QUEUE, name, cap, cap is None, weight, count, period, burst],
+        )
+    admin.execute("SELECT lonnymq_configure_queue_v1(%s, 12, false, 2000, 1000, 100, false)", [QUEUE])
+
+
+@pytest.mark.parametrize("limits", ["channel caps and a release interval", "every limit kind and a queue cap"])
 def test_stress_many_producers_in_open_transactions_lose_and_strand_nothing(
-    connect: Callable[..., psycopg.Connection[Any]],
+    connect: Callable[..., psycopg.Connection[Any]], limits: str
 ) -> None:
     seconds = _seconds()
     seed = int(os.environ.get("LONNYMQ_STRESS_SEED", str(random.randrange(1 << 30))))
-    print(f"stress: {seconds:g}s, seed {seed}")
+    print(f"stress: {seconds:g}s, seed {seed}, {limits}")
     admin = connect()
     q.configure(admin, QUEUE, HOT, max_concurrency=16)
     for i, name in enumerate(COLD):
@@ -218,6 +232,8 @@ def test_stress_many_producers_in_open_transactions_lose_and_strand_nothing(
             q.configure(admin, QUEUE, name, release_interval_ms=5)
         else:
             q.configure(admin, QUEUE, name)
+    if limits.startswith("every"):
+        _every_limit_kind(admin)
 
     ledger = Ledger()
     stop_producing = threading.Event()
@@ -314,6 +330,7 @@ def test_stress_many_producers_in_open_transactions_lose_and_strand_nothing(
     assert admin.execute("SELECT count(*) FROM lonnymq_message").fetchone()[0] == 0
     assert admin.execute("SELECT count(*) FROM lonnymq_dead_message").fetchone()[0] == 0
     assert admin.execute("SELECT coalesce(max(in_flight), 0) FROM lonnymq_channel").fetchone()[0] == 0
+    assert admin.execute("SELECT coalesce(max(in_flight), 0) FROM lonnymq_queue_config").fetchone()[0] == 0
 
 
 # ---------------------------------------------------------------------------------------

@@ -60,6 +60,8 @@ RELEASED = {
     "0016_trace.up.sql": "591d653c815d112fee522841ba61e20167830f265fa3a8ed51726ea2d196f3de",
     "0017_schedule_hardening.down.sql": "3d3af3a14640003c63d5f21f3a9bab179872e85c337b76a601f420c982baedc5",
     "0017_schedule_hardening.up.sql": "cebb8450cec008f9c31c2ef68c39ba5b6cca9a712c642f84240c7f5aef9f2a93",
+    "0018_queue_limits.down.sql": "60f3b834f636c02627ec58de0e923c01233ce9ea77d89a1aa176c962081be122",
+    "0018_queue_limits.up.sql": "26b5d19181c246fcd338d972f27bac41a7e6e7e2f5ce14b3c01157f3ed52cd42",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

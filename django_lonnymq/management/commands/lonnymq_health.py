@@ -203,7 +203,8 @@ class Command(BaseCommand):
         found = api.check(grace=timedelta(seconds=options["check_grace"]), using=alias)
         report["check"] = [p.__dict__ for p in found]
         for p in found:
-            problems.append(f"check: {p.queue}/{p.channel} {p.problem}: {p.detail}")
+            where = p.queue if p.channel is None else f"{p.queue}/{p.channel}"
+            problems.append(f"check: {where} {p.problem}: {p.detail}")
         report["healthy"] = not problems
         report["problems"] = problems
 

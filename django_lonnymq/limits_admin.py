@@ -1,0 +1,143 @@
+"""Queue-wide limits in the admin, and the rate field every limits form shares.
+
+Rates are edited in human units ("100 / min, burst 20"); every write goes through
+:func:`django_lonnymq.api.configure_queue` (or ``configure_channel``), never an ORM save.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.db import router
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from . import api
+from .exceptions import InvalidArgument
+from .models import QueueConfig
+from .rates import Rate
+
+RATE_HELP = 'N per period, with an optional burst: "100 / min, burst 20", "10 / s", "5 / 2 h". Empty: none.'
+
+
+class RateField(forms.CharField):
+    """A token bucket as text; cleans to a :class:`Rate` or None."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("help_text", RATE_HELP)
+        kwargs.setdefault("max_length", 100)
+        super().__init__(**kwargs)
+
+    def prepare_value(self, value: Any) -> Any:
+        return str(value) if isinstance(value, Rate) else value
+
+    def has_changed(self, initial: Any, data: Any) -> bool:
+        try:
+            return self.clean(data) != (Rate.of(initial) if initial else None)
+        except (forms.ValidationError, InvalidArgument):
+            return True
+
+    def clean(self, value: Any) -> Rate | None:
+        text = super().clean(value)
+        if not text or not text.strip():
+            return None
+        try:
+            return Rate.parse(text)
+        except InvalidArgument as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
+def rate_text(count: int | None, period_ms: int | None, burst: int | None) -> str:
+    rate = Rate.from_ms(count, period_ms, burst)
+    return str(rate) if rate else "-"
+
+
+class QueueConfigForm(forms.ModelForm):
+    rate = RateField()
+
+    class Meta:
+        model = QueueConfig
+        fields = ["queue", "max_concurrency"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None:
+            self.initial["rate"] = self.instance.rate
+        if "max_concurrency" in self.fields:
+            self.fields["max_concurrency"].widget.attrs["min"] = 1
+
+    def clean_max_concurrency(self) -> int | None:
+        value = self.cleaned_data.get("max_concurrency")
+        if value is not None and value < 1:
+            raise forms.ValidationError("Max concurrency must be at least 1, or empty for no cap.")
+        return value
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("max_concurrency") is None and data.get("rate") is None and not self.errors:
+            raise forms.ValidationError(
+                "Set a concurrency cap or a rate (delete the row to remove the queue's limits)."
+            )
+        return data
+
+
+@admin.register(QueueConfig)
+class QueueConfigAdmin(admin.ModelAdmin):
+    form = QueueConfigForm
+    list_display = ("queue", "cap", "rate_display", "in_flight_now", "next_token")
+    readonly_fields = ("in_flight_now", "next_token", "updated_at")
+    search_fields = ("queue",)
+
+    @admin.display(description="max concurrency")
+    def cap(self, obj: QueueConfig) -> str:
+        return "-" if obj.max_concurrency is None else f"{obj.max_concurrency:,}"
+
+    @admin.display(description="rate")
+    def rate_display(self, obj: QueueConfig) -> str:
+        return rate_text(obj.rate_count, obj.rate_period_ms, obj.rate_burst)
+
+    @admin.display(description="in flight")
+    def in_flight_now(self, obj: QueueConfig) -> str:
+        if obj.max_concurrency is None:
+            return "- (no cap)"
+        return f"{obj.in_flight:,} / {obj.max_concurrency:,}"
+
+    @admin.display(description="next token")
+    def next_token(self, obj: QueueConfig) -> Any:
+        from .admin import ms_to_datetime
+
+        return ms_to_datetime(obj.next_token_at) or "-"
+
+    def get_readonly_fields(self, request: HttpRequest, obj: QueueConfig | None = None) -> Any:
+        return self.readonly_fields if obj is None else ("queue", *self.readonly_fields)
+
+    def save_model(self, request: HttpRequest, obj: QueueConfig, form: forms.ModelForm, change: bool) -> None:
+        """Through ``api.configure_queue``, with only what changed (a concurrent edit of the
+        other limit is kept)."""
+        fields = set(form.changed_data) if change else {"max_concurrency", "rate"}
+        changes: dict[str, Any] = {}
+        if "max_concurrency" in fields:
+            changes["max_concurrency"] = form.cleaned_data["max_concurrency"]
+        if "rate" in fields:
+            changes["rate"] = form.cleaned_data["rate"]
+        if change and not changes:
+            return
+        using = router.db_for_write(QueueConfig)
+        api.configure_queue(obj.queue, using=using, **changes)
+        obj.refresh_from_db(using=using)
+        obj._state.adding = False
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        pass
+
+    def delete_model(self, request: HttpRequest, obj: QueueConfig) -> None:
+        api.configure_queue(
+            obj.queue, max_concurrency=None, rate=None, using=router.db_for_write(QueueConfig)
+        )
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[QueueConfig]) -> None:
+        for obj in queryset:
+            self.delete_model(request, obj)
