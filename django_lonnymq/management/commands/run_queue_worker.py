@@ -105,7 +105,11 @@ class Command(BaseCommand):
             "Django Tasks backend (docs/tasks.md).",
         )
         parser.add_argument(
-            "--concurrency", "-c", type=positive_int, default=1, help="Handler threads (default 1)."
+            "--concurrency",
+            "-c",
+            type=positive_int,
+            default=1,
+            help="Handlers running at once: threads for def handlers, tasks for async def ones (default 1).",
         )
         parser.add_argument(
             "--batch-size",
