@@ -260,8 +260,11 @@ def enqueue(
         "max_attempts": attempts,
         **_common(),
     }
-    with tracing.enqueuing(queue, channel, _alias(using)) as traced:
-        message_id = int(_call(using, "enqueue", params))
+    with tracing.enqueuing(queue, channel) as traced:
+        if traced.context is None:
+            message_id = int(_call(using, "enqueue", params))
+        else:
+            message_id = int(_call(using, "enqueue_traced", {**params, "context": traced.context}))
         traced([message_id])
     if eager.enabled():
         eager.after_enqueue(queue, [message_id], _alias(using))
@@ -337,8 +340,12 @@ def enqueue_many(
         "default_max_attempts": default_attempts,
         **_common(),
     }
-    with tracing.enqueuing(queue, None, _alias(using)) as traced:
-        ids = [int(i) for i in _call_with_arrays(using, "enqueue_many", params)]
+    with tracing.enqueuing(queue, None) as traced:
+        if traced.context is None:
+            ids = [int(i) for i in _call_with_arrays(using, "enqueue_many", params)]
+        else:
+            traced_params = {**params, "context": traced.context}
+            ids = [int(i) for i in _call_with_arrays(using, "enqueue_many_traced", traced_params)]
         traced(ids)
     if eager.enabled():
         eager.after_enqueue(queue, ids, _alias(using))

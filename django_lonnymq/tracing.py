@@ -2,7 +2,8 @@
 
 - Enqueue: a ``<queue> publish`` span (kind PRODUCER) around ``enqueue``/``enqueue_many``.
   When it records, its context (W3C ``traceparent``/``tracestate``, through the configured
-  propagator) is stored beside the messages in ``lonnymq_trace``, in the caller's transaction.
+  propagator) is stored beside the messages in ``lonnymq_trace``, by the same statement that
+  enqueues them (``enqueue_traced`` in queries.sql), in the caller's transaction.
 - Handling: a ``<queue> process`` span (kind CONSUMER) around each handler run, a child of
   the enqueue span, in the worker process; current while the handler runs, so the handler's
   own spans nest under it. A run that does not end in an ack sets the span's status to error.
@@ -17,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .conf import settings
@@ -52,16 +53,31 @@ class _Otel:
         return self.trace.get_tracer("django_lonnymq")
 
 
-def _ignore(ids: Sequence[int]) -> None:
-    return None
+class Traced:
+    """What an enqueue inside a span needs: ``context`` (JSON of the span's propagated context
+    when it records, else None) to store with the messages, and a call with the new ids."""
+
+    def __init__(self, span: Any = None, context: str | None = None):
+        self.span = span
+        self.context = context
+
+    def __call__(self, ids: Sequence[int]) -> None:
+        if self.span is None:
+            return
+        if len(ids) == 1:
+            self.span.set_attribute("messaging.message.id", str(ids[0]))
+        self.span.set_attribute("messaging.batch.message_count", len(ids))
+
+
+_UNTRACED = Traced()
 
 
 @contextlib.contextmanager
-def enqueuing(queue: str, channel: str | None, using: str) -> Iterator[Callable[[Sequence[int]], None]]:
-    """Around an enqueue: yields a function to call with the new ids (stores the context)."""
+def enqueuing(queue: str, channel: str | None) -> Iterator[Traced]:
+    """Around an enqueue: a publish span, current while the messages are written."""
     otel = _otel()
     if otel is None:
-        yield _ignore
+        yield _UNTRACED
         return
     attributes = {
         "messaging.system": SYSTEM,
@@ -73,29 +89,12 @@ def enqueuing(queue: str, channel: str | None, using: str) -> Iterator[Callable[
     with otel.tracer().start_as_current_span(
         f"{queue} publish", kind=otel.trace.SpanKind.PRODUCER, attributes=attributes
     ) as span:
-
-        def remember(ids: Sequence[int]) -> None:
-            if len(ids) == 1:
-                span.set_attribute("messaging.message.id", str(ids[0]))
-            span.set_attribute("messaging.batch.message_count", len(ids))
-            if not ids or not span.is_recording():
-                return
+        context = None
+        if span.is_recording():
             carrier: dict[str, str] = {}
             otel.propagate.inject(carrier)
-            if carrier:
-                _store(using, list(ids), carrier)
-
-        yield remember
-
-
-def _store(using: str, ids: list[int], carrier: dict[str, str]) -> None:
-    from django.db import connections
-
-    from . import sql
-    from .exceptions import sql_errors
-
-    with sql_errors(), connections[using].cursor() as cursor:
-        cursor.execute(sql.query("trace_store"), {"ids": ids, "context": json.dumps(carrier)})
+            context = json.dumps(carrier) if carrier else None
+        yield Traced(span, context)
 
 
 class Consumer:

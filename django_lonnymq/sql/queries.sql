@@ -22,6 +22,33 @@ SELECT lonnymq_enqueue_task_v1(%(queue)s::text, %(channel)s::text, %(payload)s::
                                %(enqueued_at)s::timestamptz, %(priority_step_ms)s::bigint,
                                %(tolerance_ms)s::bigint)
 
+-- name: enqueue_traced
+-- enqueue, and the trace context of the recording span around it, in one statement (the
+-- first enqueue of a dedup key keeps its own context).
+WITH m AS MATERIALIZED (
+    SELECT lonnymq_enqueue_v1(%(queue)s::text, %(channel)s::text, %(payload)s::jsonb, %(run_at_ms)s::bigint,
+                              %(delay_ms)s::bigint, %(priority)s::integer, %(dedup_key)s::text,
+                              %(max_attempts)s::integer, %(priority_step_ms)s::bigint, %(tolerance_ms)s::bigint) AS id
+), t AS (
+    INSERT INTO lonnymq_trace (message_id, context) SELECT m.id, %(context)s::jsonb FROM m
+    ON CONFLICT (message_id) DO NOTHING
+)
+SELECT m.id FROM m
+
+-- name: enqueue_many_traced
+WITH m AS MATERIALIZED (
+    SELECT lonnymq_enqueue_many_v1(%(queue)s::text, %(channels)s::text[], %(payloads)s::jsonb[],
+                                   %(run_at_ms)s::bigint[], %(delay_ms)s::bigint[], %(priorities)s::integer[],
+                                   %(dedup_keys)s::text[], %(max_attempts)s::integer[],
+                                   %(default_max_attempts)s::integer, %(priority_step_ms)s::bigint,
+                                   %(tolerance_ms)s::bigint) AS ids
+), t AS (
+    INSERT INTO lonnymq_trace (message_id, context)
+    SELECT i.id, %(context)s::jsonb FROM m CROSS JOIN LATERAL pg_catalog.unnest(m.ids) AS i(id)
+    ON CONFLICT (message_id) DO NOTHING
+)
+SELECT m.ids FROM m
+
 -- name: dequeue
 SELECT id, channel, payload, attempts, max_attempts, priority, dedup_key, enqueued_at,
        lease_token, lease_until
@@ -163,13 +190,6 @@ SELECT added, changed, removed
 -- name: record_samples_due
 -- Workers: one sample per queue when none is newer than the interval (one recorder at a time).
 SELECT lonnymq_record_samples_due_v1(%(interval_ms)s::bigint, %(keep_ms)s::bigint)
-
--- name: trace_store
--- The trace context of messages enqueued inside a recording span (the first enqueue of a
--- dedup key keeps its own).
-INSERT INTO lonnymq_trace (message_id, context)
-SELECT i.id, %(context)s::jsonb FROM pg_catalog.unnest(%(ids)s::bigint[]) AS i(id)
-ON CONFLICT (message_id) DO NOTHING
 
 -- name: trace_load
 SELECT t.message_id, t.context FROM lonnymq_trace t WHERE t.message_id = ANY (%(ids)s::bigint[])
