@@ -55,6 +55,7 @@ def drain(
         burst=True,
         using=using,
         shutdown_timeout=5,
+        housekeeping=False,
     )
     return worker.run()
 

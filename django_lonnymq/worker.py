@@ -170,7 +170,10 @@ class Worker:
         using: str | None = None,
         shutdown_timeout: timedelta | float | None = None,
         name: str | None = None,
+        housekeeping: bool = True,
     ):
+        """``housekeeping=False`` (``testing.drain()``): no worker row, no periodic ticks, no
+        dashboard samples, so a test that drains in-process leaves none of them behind."""
         if not queues:
             raise InvalidArgument("queues", "must name at least one queue", list(queues))
         if concurrency < 1:
@@ -197,6 +200,7 @@ class Worker:
         )
         self.name = name if name is not None else f"{socket.gethostname()}:{os.getpid()}"
         self.presence = Presence(self)  # its lonnymq_worker row (checks the name)
+        self.housekeeping = housekeeping
         self.observer = Observer(self)  # log lines, metrics, samples (observe.py)
         self.poll_interval = settings.ms("POLL_INTERVAL") / 1000
         self.reap_interval = settings.ms("REAP_INTERVAL") / 1000
@@ -438,7 +442,8 @@ class Worker:
         assert self._conn is not None
         with sql_errors():
             cursor = self._conn.execute(sql.query(name), params, prepare=True)
-            return cursor.fetchall()
+            # A statement without a result (DELETE without RETURNING) has no rows to fetch.
+            return cursor.fetchall() if cursor.description is not None else []
 
     def _scalar(self, name: str, params: dict[str, Any]) -> Any:
         rows = self._execute(name, params)
@@ -906,8 +911,9 @@ class Worker:
 
     def _maintain(self) -> None:
         """Heartbeat running leases, the worker's row, and reap expired leases, each on its own clock."""
-        self.presence.tick()
-        self.observer.tick()
+        if self.housekeeping:
+            self.presence.tick()
+            self.observer.tick()
         now = time.monotonic()
         if self._next_extend and now >= self._next_extend:
             with self._lock:
@@ -928,7 +934,7 @@ class Worker:
             if reaped:
                 self.stats.reaped += int(reaped)
                 logger.info("recovered %d message(s) whose lease expired", reaped)
-        if not self._stopping.is_set():
+        if self.housekeeping and not self._stopping.is_set():
             self._ticker.run(self._conn)  # never raises; on its own clock
 
     def _extend(self, running: list[Message]) -> None:
