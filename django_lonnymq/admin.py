@@ -60,6 +60,11 @@ def _count(n: int | None) -> str:
     return f"{COUNT_CAP:,}+" if n >= COUNT_CAP else f"{n:,}"
 
 
+def _waiting(channel: Channel, n: int | None) -> str:
+    """A count of waiting messages; a paused channel's are paused, not ready or scheduled."""
+    return f"paused ({_count(n)})" if channel.paused and n else _count(n)
+
+
 def _excerpt(text: str | None, length: int = 80) -> str:
     if not text:
         return ""
@@ -278,12 +283,12 @@ class ChannelAdmin(admin.ModelAdmin):
     @admin.display(description="ready")
     def ready_count(self, obj: Channel) -> str:
         counts = self._counts(obj)
-        return _count(counts.ready if counts else None)
+        return _waiting(obj, counts.ready if counts else None)
 
     @admin.display(description="scheduled")
     def scheduled_count(self, obj: Channel) -> str:
         counts = self._counts(obj)
-        return _count(counts.scheduled if counts else None)
+        return _waiting(obj, counts.scheduled if counts else None)
 
     @admin.display(description="next release", ordering="next_dequeue_at")
     def next_release(self, obj: Channel) -> datetime | None:

@@ -153,3 +153,17 @@ def test_metrics_export_live_workers_per_queue(client: Client, paused_tenant: di
     api.enqueue("t_unserved", {"n": 1})
     text = client.get("/metrics/").content.decode()
     assert re.search(r'^lonnymq_live_workers\{queue="t_unserved"\} 0\.0$', text, re.MULTILINE), text
+
+
+def test_channel_list_shows_a_paused_channels_messages_as_paused(
+    admin_client: Client, paused_tenant: dict[str, list[int]]
+) -> None:
+    html = admin_client.get(
+        reverse("admin:django_lonnymq_channel_changelist"), {"queue": QUEUE}
+    ).content.decode()
+    held = re.search(r"<tr>(?:(?!</tr>).)*>held<(?:(?!</tr>).)*</tr>", html, re.S)
+    assert held is not None
+    assert '<td class="field-ready_count">paused (3)</td>' in held[0]
+    assert '<td class="field-scheduled_count">paused (1)</td>' in held[0]
+    open_row = re.search(r"<tr>(?:(?!</tr>).)*>open<(?:(?!</tr>).)*</tr>", html, re.S)
+    assert open_row is not None and '<td class="field-ready_count">1</td>' in open_row[0]
