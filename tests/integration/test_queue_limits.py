@@ -300,3 +300,13 @@ def test_the_schema_refuses_bad_queue_limits_written_directly(nothing_written, a
         cursor.execute(f"UPDATE lonnymq_queue_config SET {assignment} WHERE queue = 'bad'")
     assert caught.value.__cause__.diag.constraint_name == constraint
     assert isinstance(translate(caught.value), InvalidArgument)
+
+
+@pytest.mark.django_db
+def test_the_largest_queue_rate_after_a_long_pause_does_not_stop_the_queue():
+    api.configure_queue("qhuge", rate=Rate(1_000_000, timedelta(days=366), burst=1_000_000))
+    spread("qhuge", channels=3, per_channel=1)
+    assert len(dequeue("qhuge")) == 1
+    rows("UPDATE lonnymq_queue_config SET last_release_at = 1, bucket_level = 0 WHERE queue = 'qhuge'")
+    assert len(dequeue("qhuge", batch=10)) == 2
+    assert_healthy()

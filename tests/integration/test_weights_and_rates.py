@@ -312,3 +312,19 @@ def test_the_schema_refuses_bad_weights_and_rates_written_directly(nothing_writt
         cursor.execute(f"UPDATE lonnymq_channel SET {assignment} WHERE queue = 'bad' AND name = 'existing'")
     assert caught.value.__cause__.diag.constraint_name in constraint.split()
     assert isinstance(translate(caught.value), InvalidArgument)
+
+
+@pytest.mark.django_db
+def test_the_largest_rate_after_a_long_pause_does_not_stop_the_queue():
+    """burst x period x count is far beyond bigint: a refill over decades must not overflow
+    (the refill counts the time since the last release, at most about 2e12 ms, times the
+    count, at most 1e6)."""
+    api.configure_channel("huge", "b", rate=Rate(1_000_000, timedelta(days=366), burst=1_000_000))
+    enqueue_many("huge", list(range(3)), channel="b")
+    assert len(dequeue("huge", batch=1)) == 1
+    # The last release long ago, the bucket empty then.
+    connection.cursor().execute(
+        "UPDATE lonnymq_channel SET last_dequeue_at = 1, bucket_level = 0 WHERE queue = 'huge'"
+    )
+    assert len(dequeue("huge", batch=10)) == 2
+    assert_healthy()
