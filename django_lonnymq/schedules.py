@@ -113,14 +113,6 @@ def check_every(value: Any, field: str = "every") -> int:
     return round(seconds * 1000)
 
 
-def _int(field: str, value: Any, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgument(field, "must be an integer", value)
-    if not low <= value <= high:
-        raise InvalidArgument(field, f"must be between {low} and {high}", value)
-    return value
-
-
 def _dt(ms: int, zone: ZoneInfo) -> datetime:
     return datetime.fromtimestamp(ms // 1000, tz=UTC).astimezone(zone)
 
@@ -278,9 +270,9 @@ def periodic(
         api._name("queue", queue, 100)
     if name is not None:
         api._name("name", name, 200)
-    catch_up = _int("catch_up", catch_up, 1, MAX_CATCH_UP)
+    catch_up = api._int("catch_up", catch_up, 1, MAX_CATCH_UP)
     if max_attempts is not None:
-        max_attempts = _int("max_attempts", max_attempts, 1, 1000)
+        max_attempts = api._int("max_attempts", max_attempts, 1, 1000)
     body = {} if payload is None else payload
     json.loads(api._payload(body))  # a clear PayloadError now, never at the first tick
 
