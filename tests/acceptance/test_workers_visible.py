@@ -50,15 +50,20 @@ def test_live_lost_and_stopped_workers_in_the_admin_then_pruned(spawn, db, ops):
     # FIFO in one channel: the first two go to the worker killed later, the next two (short)
     # to the one stopped with SIGTERM, the last two to the one that stays.
     enqueue_many("t_sleep", [{"seconds": 60}] * 2 + [{"seconds": 1}] * 2 + [{"seconds": 60}] * 2)
-    common = ("--queue", "t_sleep", "--concurrency", "2", "--shutdown-timeout", "1s")
+    common = ("--queue", "t_sleep", "--concurrency", "2")
+    # The workers left running hold 60 s handlers: they must not hold up the test's teardown.
+    quick_exit = ("--shutdown-timeout", "1s")
 
-    doomed = spawn(*common, "--name", "w-killed", settings=SETTINGS, label="killed")
+    doomed = spawn(*common, *quick_exit, "--name", "w-killed", settings=SETTINGS, label="killed")
     wait_until(lambda: len(started_by(db, doomed.pid)) == 2, 30, "the first worker to start two", doomed)
-    leaving = spawn(*common, "--name", "w-stopped", settings=SETTINGS, label="stopped")
+    # Time enough for its 1 s handlers to finish after SIGTERM, however loaded the machine.
+    leaving = spawn(
+        *common, "--shutdown-timeout", "15s", "--name", "w-stopped", settings=SETTINGS, label="stopped"
+    )
     wait_until(lambda: len(started_by(db, leaving.pid)) == 2, 30, "the second worker to start two", leaving)
     leaving.signal(signal.SIGTERM)  # lets its two short handlers finish, then marks its row stopped
     assert leaving.wait(timeout=20) == 0, describe(leaving)
-    staying = spawn(*common, "--name", "w-live", settings=SETTINGS, label="live")
+    staying = spawn(*common, *quick_exit, "--name", "w-live", settings=SETTINGS, label="live")
     wait_until(lambda: len(started_by(db, staying.pid)) == 2, 30, "the third worker to start two", staying)
     doomed.signal(signal.SIGKILL)
     doomed.wait(timeout=10)
