@@ -9,8 +9,8 @@
   own spans nest under it. A run that does not end in an ack sets the span's status to error.
 
 Nothing is imported, and nothing is written, unless opentelemetry can be imported and
-``LONNYMQ_TRACING`` is true (the default); with the API but no SDK configured the spans do
-not record, and no trace context is stored.
+``LONNYMQ_TRACING`` is true (the default); with the API but no SDK (no tracer provider set)
+no span is made, no trace context is stored or loaded.
 """
 
 from __future__ import annotations
@@ -30,24 +30,34 @@ logger = logging.getLogger("django_lonnymq.tracing")
 
 SYSTEM = "lonnymq"
 _unavailable = False
+_modules: _Otel | None = None
 
 
-def _otel() -> Any:
-    """The opentelemetry modules, or None when tracing is off or the package is absent."""
-    global _unavailable
+def _otel() -> _Otel | None:
+    """The opentelemetry modules, or None when tracing is off, the package is absent, or no
+    SDK is configured (the API's own provider makes spans that never record: skipping them
+    keeps an installed but unconfigured API from costing every message a span and every
+    batch a query)."""
+    global _unavailable, _modules
     if _unavailable or not settings.TRACING:
         return None
-    try:
-        from opentelemetry import context, propagate, trace
-    except ImportError:
-        _unavailable = True
+    if _modules is None:
+        try:
+            from opentelemetry import context, propagate, trace
+        except ImportError:
+            _unavailable = True
+            return None
+        _modules = _Otel(context, propagate, trace)
+    # Asked each time: a provider may be set after the worker started.
+    if isinstance(_modules.trace.get_tracer_provider(), _modules.unconfigured):
         return None
-    return _Otel(context, propagate, trace)
+    return _modules
 
 
 class _Otel:
     def __init__(self, context: Any, propagate: Any, trace: Any):
         self.context, self.propagate, self.trace = context, propagate, trace
+        self.unconfigured = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 
     def tracer(self) -> Any:
         return self.trace.get_tracer("django_lonnymq")

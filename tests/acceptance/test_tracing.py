@@ -121,3 +121,23 @@ def test_nothing_stored_when_no_span_records(transactional_db) -> None:
     # The API is installed but no SDK is configured: spans do not record, no row is written.
     lines = _run(NOT_RECORDING)
     assert lines[0] == "rows 0" and lines[1] != "imported []"
+
+
+PROVIDER_LATER = """
+import django
+django.setup()
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from django_lonnymq.tracing import Consumer, enqueuing
+with enqueuing("t_record", None) as traced:
+    print("unconfigured", Consumer.active(), traced.span is None)
+trace.set_tracer_provider(TracerProvider())
+with enqueuing("t_record", None) as traced:
+    print("configured", Consumer.active(), traced.span is not None and traced.span.is_recording())
+"""
+
+
+def test_no_span_until_a_provider_is_set(db) -> None:
+    # The API alone makes no span and loads no stored context (every message would pay for
+    # spans that never record); a provider set after start-up is seen at the next message.
+    assert _run(PROVIDER_LATER) == ["unconfigured False True", "configured True True"]
