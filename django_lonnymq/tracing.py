@@ -18,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
+import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -48,16 +50,26 @@ def _otel() -> _Otel | None:
             _unavailable = True
             return None
         _modules = _Otel(context, propagate, trace)
-    # Asked each time: a provider may be set after the worker started.
-    if isinstance(_modules.trace.get_tracer_provider(), _modules.unconfigured):
-        return None
-    return _modules
+    return _modules if _modules.configured() else None
 
 
 class _Otel:
     def __init__(self, context: Any, propagate: Any, trace: Any):
         self.context, self.propagate, self.trace = context, propagate, trace
-        self.unconfigured = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+        self._unconfigured = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+        self._configured = False
+        self._asked_at = -math.inf
+
+    def configured(self) -> bool:
+        """Is a real tracer provider set? Once it is, it stays; until then, asked again at
+        most once a second (a provider may be set after the worker started; asking reads
+        the environment, which cost more than the rest of an untraced run)."""
+        if not self._configured:
+            now = time.monotonic()
+            if now - self._asked_at >= 1.0:
+                self._asked_at = now
+                self._configured = not isinstance(self.trace.get_tracer_provider(), self._unconfigured)
+        return self._configured
 
     def tracer(self) -> Any:
         return self.trace.get_tracer("django_lonnymq")

@@ -11,6 +11,7 @@ running messages and abandoning a stuck handler are in :mod:`django_lonnymq.runn
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import queue as queue_mod
@@ -21,7 +22,7 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -29,6 +30,7 @@ from typing import Any
 import psycopg
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connections
+from psycopg.types.json import set_json_loads
 
 from . import schedules, sql
 from .conf import settings, to_ms
@@ -69,6 +71,19 @@ def _root_error(exc: BaseException) -> BaseException:
     if isinstance(exc, LonnyMQError) and exc.__cause__ and not isinstance(exc, SchemaMissing):
         return exc.__cause__
     return exc
+
+
+_json_decoder = json.JSONDecoder()
+
+
+def _decode_json(data: str | bytes) -> Any:
+    return _json_decoder.decode(data.decode() if isinstance(data, bytes) else data)
+
+
+def _array_literal(values: Iterable[object]) -> str:
+    """A PostgreSQL array literal of ints or UUIDs (nothing to quote): the ack's arrays as
+    one string each, where psycopg's list adapter cost more than the statement's parsing."""
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 def _backoff(previous: float) -> float:
@@ -372,6 +387,9 @@ class Worker:
             keepalives_interval=10,
             keepalives_count=3,
         )
+        # Payloads are UTF-8 text from the server: decoded straight, without json.loads'
+        # sniffing of the encoding of bytes (a fifth of the decoding time).
+        set_json_loads(_decode_json, conn)
         conn.execute(sql.query("listen"))
         return conn
 
@@ -847,8 +865,8 @@ class Worker:
         try:
             acks = [o for o in done if o.action == "ack"]
             if acks:
-                ids = [o.message.id for o in acks]
-                tokens: list[str] = [str(o.message.lease_token) for o in acks]
+                ids = _array_literal(o.message.id for o in acks)
+                tokens = _array_literal(o.message.lease_token for o in acks)
                 acked = set(self._scalar("ack", {"ids": ids, "tokens": tokens}) or [])
                 self.stats.acked += len(acked)
                 missing = [o for o in acks if o.message.id not in acked]
