@@ -62,6 +62,7 @@ RELEASED = {
     "0017_schedule_hardening.up.sql": "cebb8450cec008f9c31c2ef68c39ba5b6cca9a712c642f84240c7f5aef9f2a93",
     "0018_queue_limits.down.sql": "60f3b834f636c02627ec58de0e923c01233ce9ea77d89a1aa176c962081be122",
     "0018_queue_limits.up.sql": "26b5d19181c246fcd338d972f27bac41a7e6e7e2f5ce14b3c01157f3ed52cd42",
+    "0019_dequeue_single_pass.up.sql": "81166b0eaf0c4d1e9089adf9f05f8d0e3f1c98fda33c3901cf8983457aa980cd",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
