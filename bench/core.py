@@ -69,7 +69,9 @@ def recreate_database(url: str) -> None:
         conn.execute(f'CREATE DATABASE "{name}"')
     subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), "migrate", "-v", "0"],
-        cwd=ROOT, env=worker_env(url), check=True,
+        cwd=ROOT,
+        env=worker_env(url),
+        check=True,
     )
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(PLAIN_TABLE)
@@ -89,12 +91,12 @@ def reset(conn: psycopg.Connection[Any]) -> None:
         conn.execute("TRUNCATE lonnymq_release_count")
 
 
-def worker_env(url: str, **extra: str) -> dict[str, str]:
+def worker_env(url: str, root: Path = ROOT, **extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
         DATABASE_URL=url,
         DJANGO_SETTINGS_MODULE="bench.settings",
-        PYTHONPATH=str(ROOT),
+        PYTHONPATH=str(root),
         PYTHONUNBUFFERED="1",
     )
     env.update(extra)
@@ -104,9 +106,9 @@ def worker_env(url: str, **extra: str) -> dict[str, str]:
 class Proc:
     """A child process whose merged output is collected by a reader thread."""
 
-    def __init__(self, args: Sequence[str], env: dict[str, str]) -> None:
+    def __init__(self, args: Sequence[str], env: dict[str, str], cwd: Path = ROOT) -> None:
         self.popen = subprocess.Popen(
-            list(args), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            list(args), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -141,10 +143,13 @@ class Proc:
         return code
 
 
-def start_worker(url: str, queue: str, *args: str, **env: str) -> Proc:
+def start_worker(url: str, queue: str, *args: str, root: Path = ROOT, **env: str) -> Proc:
+    """A ``run_queue_worker`` process; ``root``: the source tree it runs (another checkout
+    for an A/B of the worker's own code)."""
     return Proc(
-        [sys.executable, str(ROOT / "manage.py"), "run_queue_worker", "--queue", queue, *args],
-        worker_env(url, **env),
+        [sys.executable, str(root / "manage.py"), "run_queue_worker", "--queue", queue, *args],
+        worker_env(url, root, **env),
+        cwd=root,
     )
 
 
@@ -152,12 +157,17 @@ def worker_stats(proc: Proc) -> dict[str, float]:
     """The counters a worker prints when it stops (fetched=, acked=, empty_fetches=, ...)."""
     for line in reversed(proc.lines):
         if " stopped: " in line:
-            return {k: float(v.rstrip("s/")) for k, v in re.findall(r"(\w+)=([\d.]+)", line.split(" stopped: ", 1)[1])}
+            return {
+                k: float(v.rstrip("s/"))
+                for k, v in re.findall(r"(\w+)=([\d.]+)", line.split(" stopped: ", 1)[1])
+            }
     return {}
 
 
 def start_plain_worker(url: str, mode: str, *args: str, **env: str) -> Proc:
-    return Proc([sys.executable, "-m", "bench.plain_worker", mode, "--url", url, *args], worker_env(url, **env))
+    return Proc(
+        [sys.executable, "-m", "bench.plain_worker", mode, "--url", url, *args], worker_env(url, **env)
+    )
 
 
 def median(values: Sequence[float]) -> float:
@@ -172,18 +182,22 @@ def percentile(values: Sequence[float], p: float) -> float:
     return ordered[k]
 
 
-def enqueue_many(conn: psycopg.Connection[Any], queue: str, channels: Sequence[str],
-                 payloads: Sequence[str] | None = None) -> list[int]:
+def enqueue_many(
+    conn: psycopg.Connection[Any], queue: str, channels: Sequence[str], payloads: Sequence[str] | None = None
+) -> list[int]:
     payloads = payloads or [PAYLOAD_TEXT] * len(channels)
     row = conn.execute(
-        "SELECT lonnymq_enqueue_many_v1(%s, %s::text[], %s::jsonb[])", [queue, list(channels), list(payloads)],
+        "SELECT lonnymq_enqueue_many_v1(%s, %s::text[], %s::jsonb[])",
+        [queue, list(channels), list(payloads)],
         prepare=True,
     ).fetchone()
     assert row is not None
     return list(row[0])
 
 
-def fill(conn: psycopg.Connection[Any], queue: str, total: int, channels: Sequence[str], chunk: int = 10_000) -> None:
+def fill(
+    conn: psycopg.Connection[Any], queue: str, total: int, channels: Sequence[str], chunk: int = 10_000
+) -> None:
     """``total`` messages round robin over ``channels``, in chunks, each chunk committed."""
     for start in range(0, total, chunk):
         n = min(chunk, total - start)
@@ -193,21 +207,30 @@ def fill(conn: psycopg.Connection[Any], queue: str, total: int, channels: Sequen
 def fill_plain(conn: psycopg.Connection[Any], total: int, chunk: int = 10_000) -> None:
     for start in range(0, total, chunk):
         n = min(chunk, total - start)
-        conn.execute("INSERT INTO bench_plain (payload) SELECT p FROM unnest(%s::jsonb[]) AS u(p)",
-                     [[PAYLOAD_TEXT] * n], prepare=True)
+        conn.execute(
+            "INSERT INTO bench_plain (payload) SELECT p FROM unnest(%s::jsonb[]) AS u(p)",
+            [[PAYLOAD_TEXT] * n],
+            prepare=True,
+        )
 
 
-def dequeue(conn: psycopg.Connection[Any], queue: str, batch: int, lease_ms: int = 600_000) -> list[tuple[Any, ...]]:
+def dequeue(
+    conn: psycopg.Connection[Any], queue: str, batch: int, lease_ms: int = 600_000
+) -> list[tuple[Any, ...]]:
     return conn.execute(
-        "SELECT id, channel, lease_token FROM lonnymq_dequeue_v1(%s, %s, %s, 'bench')", [queue, batch, lease_ms],
+        "SELECT id, channel, lease_token FROM lonnymq_dequeue_v1(%s, %s, %s, 'bench')",
+        [queue, batch, lease_ms],
         prepare=True,
     ).fetchall()
 
 
 def ack(conn: psycopg.Connection[Any], rows: Sequence[tuple[Any, ...]]) -> None:
     if rows:
-        conn.execute("SELECT lonnymq_ack_v1(%s::bigint[], %s::uuid[])",
-                     [[r[0] for r in rows], [r[2] for r in rows]], prepare=True)
+        conn.execute(
+            "SELECT lonnymq_ack_v1(%s::bigint[], %s::uuid[])",
+            [[r[0] for r in rows], [r[2] for r in rows]],
+            prepare=True,
+        )
 
 
 def count_messages(conn: psycopg.Connection[Any], up_to: int | None = None) -> int:
