@@ -68,7 +68,7 @@ def recreate_database(url: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
     subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), "migrate", "-v", "0"],
+        [sys.executable, str(ROOT / "manage.py"), "migrate", "-v", "0", "--skip-checks"],
         cwd=ROOT,
         env=worker_env(url),
         check=True,

@@ -10,7 +10,7 @@ same run with 4 workers (the ratios) and with each worker count of the grid (the
 scaling). ``--quick`` runs the rows the targets name plus the diagonal.
 
 ``--ab MIGRATION`` measures every run twice in the same worker processes: once with the
-dequeue functions as that migration left them (``base``) and once with the live bodies,
+functions a drain calls (the dequeues, the ack) as that migration left them (``base``) and once with the live bodies,
 swapped between drains (``CREATE OR REPLACE``; the workers' next call runs the new body).
 ``--base-tree REV`` does the same for the worker's own code: the base drains are served by
 workers started from a checkout of REV (a git worktree in the temp folder), the live ones by
@@ -41,22 +41,23 @@ QUEUE = "bench"
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/lq_bench_grid"
 
 
-DEQUEUE_FUNCTIONS = ("lonnymq_dequeue_held_v1", "lonnymq_dequeue_v1")
+# What a drain calls for every batch: the functions an --ab run swaps.
+DRAIN_FUNCTIONS = ("lonnymq_dequeue_held_v1", "lonnymq_dequeue_v1", "lonnymq_ack_v1")
 
 
-def dequeue_bodies(base: str) -> dict[str, str]:
-    """``CREATE OR REPLACE`` of the dequeue functions: as migration ``base`` left them (those
-    it had), and live."""
+def drain_bodies(base: str) -> dict[str, str]:
+    """``CREATE OR REPLACE`` of the functions a drain calls: as migration ``base`` left them
+    (those it had), and live."""
     functions = sql.functions(sql.read(sql.SCHEMA_FILE))
     live = "\n".join(
         functions[name].replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
-        for name in DEQUEUE_FUNCTIONS
+        for name in DRAIN_FUNCTIONS
     )
     later = [m for m in sorted({f.split(".")[0] for f in sql.migration_files()}) if m > base]
     if not later:
         return {"base": live, "live": live}
     upto = [m for m in sorted({f.split(".")[0] for f in sql.migration_files()}) if m <= base]
-    had = [n for n in DEQUEUE_FUNCTIONS if any(n in sql.functions(sql.migration(m)) for m in upto)]
+    had = [n for n in DRAIN_FUNCTIONS if any(n in sql.functions(sql.migration(m)) for m in upto)]
     return {"base": sql.restore_previous(later[0], *had), "live": live}
 
 
@@ -194,7 +195,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, nargs="*", default=[1, 10, 100])
     parser.add_argument("--no-setup", action="store_true", help="reuse the database of a previous run")
     parser.add_argument(
-        "--ab", metavar="MIGRATION", help="also run the dequeue functions as this migration left them (base)"
+        "--ab",
+        metavar="MIGRATION",
+        help="also run the dequeue and ack functions as this migration left them (base)",
     )
     parser.add_argument(
         "--base-tree",
@@ -208,7 +211,7 @@ def main(argv: list[str] | None = None) -> None:
     conn = core.connect(args.database_url)
     if args.ab and args.base_tree:
         parser.error("--ab and --base-tree compare different things: give one")
-    bodies = dequeue_bodies(args.ab) if args.ab else None
+    bodies = drain_bodies(args.ab) if args.ab else None
     roots = {"base": base_tree(args.base_tree), "live": core.ROOT} if args.base_tree else None
     grid = list(itertools.product(args.workers, args.concurrency, args.batch))
     if args.quick:
@@ -226,7 +229,9 @@ def main(argv: list[str] | None = None) -> None:
         + f" (medians of {args.runs})"
     )
     if bodies:
-        print(f"base: the dequeue functions as of {args.ab}; live: as in schema.sql; same workers, same runs")
+        print(
+            f"base: the dequeue and ack functions as of {args.ab}; live: as in schema.sql; same workers, same runs"
+        )
     if roots:
         print(f"base: workers run {args.base_tree}'s code ({roots['base']}); live: this tree's; same runs")
     if bodies or roots:

@@ -992,6 +992,11 @@ $$;
 -- Dequeue
 -- ---------------------------------------------------------------------------------------
 
+-- The functions a drain calls for every batch (the two dequeues and the ack) run their
+-- statements on generic plans: statements over id arrays were planned afresh at every call
+-- (their custom plans looked cheaper than the generic one), which was a third of the time
+-- of a dequeue or an ack of one message.
+
 -- A dequeue that found no due channel it could lock: every due channel is held by another
 -- dequeuer (or waiting on one's row made lonnymq_dequeue_v1 give up). The due channels that
 -- have no limit (no concurrency cap, no release interval, no token bucket, not paused) are
@@ -1015,6 +1020,7 @@ CREATE FUNCTION lonnymq_dequeue_held_v1(
 )
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_seen     bigint[];
@@ -1149,6 +1155,7 @@ CREATE FUNCTION lonnymq_dequeue_v1(
 )
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_now         bigint;
@@ -1557,6 +1564,7 @@ $$;
 CREATE FUNCTION lonnymq_ack_v1(p_ids bigint[], p_tokens uuid[]) RETURNS bigint[]
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_acked bigint[];

@@ -63,6 +63,8 @@ RELEASED = {
     "0018_queue_limits.down.sql": "60f3b834f636c02627ec58de0e923c01233ce9ea77d89a1aa176c962081be122",
     "0018_queue_limits.up.sql": "26b5d19181c246fcd338d972f27bac41a7e6e7e2f5ce14b3c01157f3ed52cd42",
     "0019_dequeue_single_pass.up.sql": "81166b0eaf0c4d1e9089adf9f05f8d0e3f1c98fda33c3901cf8983457aa980cd",
+    "0020_generic_plans.down.sql": "9d4ca61fe7d901363dcf781edecfea8d2cac3fae4f06f3a294dd63b14851d851",
+    "0020_generic_plans.up.sql": "5a3536f04849e6c7f9fd95cabdffb11e1b417f4cf9982b5f97caa59d00ca6a63",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
