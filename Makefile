@@ -57,7 +57,7 @@ test-django6: $(STAMP6)
 demo: $(STAMP)
 	$(PY) example_project/demo.py $(DEMO_ARGS)
 
-## make bench: the benchmark table (bench/README.md).
+## make bench: the benchmark table (docs/performance.md lists every bench module).
 bench: $(STAMP)
 	$(PY) -m bench $(BENCH_ARGS)
 

@@ -333,7 +333,6 @@ class Worker:
                     self._wait(self._heartbeat_due_in())
                     self._maintain()
                     continue
-                self._maintain()
                 free = self.capacity - len(self._running)
                 # Fetch a whole batch at a time: leased messages wait in a local buffer (their
                 # leases are extended like running ones, and released on shutdown).
@@ -341,6 +340,8 @@ class Worker:
                 got = (
                     self._fetch(min(free, self.batch_size, self._quota_left())) if wanted and free > 0 else 0
                 )
+                # Housekeeping after the fetch: a message that woke us starts before it.
+                self._maintain()
                 if got:
                     self._backoff = 0.0
                     continue
