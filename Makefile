@@ -68,6 +68,7 @@ bench-compare: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check django_lonnymq tests example_project bench
 	$(VENV)/bin/ruff format --check django_lonnymq
+	$(VENV)/bin/mypy django_lonnymq
 
 clean:
 	rm -rf $(VENV) $(VENV6) .pytest_cache

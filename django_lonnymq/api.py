@@ -413,7 +413,7 @@ def configure_channel(
         paused = None
     elif not isinstance(paused, bool):
         raise InvalidArgument("paused", "must be a boolean", paused)
-    weight = None if weight is _UNSET else _int("weight", weight, 1, 1000)
+    weight_checked = None if weight is _UNSET else _int("weight", weight, 1, 1000)
     bucket = None if rate is _UNSET or rate is None else Rate.of(rate)
     params = {
         "queue": queue,
@@ -422,7 +422,7 @@ def configure_channel(
         "unlimited": unlimited,
         "release_interval_ms": interval_ms,
         "paused": paused,
-        "weight": weight,
+        "weight": weight_checked,
         "rate_count": bucket.count if bucket else None,
         "rate_period_ms": bucket.period_ms if bucket else None,
         "rate_burst": bucket.burst if bucket else None,

@@ -20,7 +20,7 @@ def duration_ms(field: str, value: Any, most: timedelta = limits.MAX_AHEAD) -> i
         raise InvalidArgument(field, "must be a timedelta or a number of seconds", value)
     if isinstance(value, float) and not math.isfinite(value):
         raise InvalidArgument(field, "must be finite", value)
-    if value > (most if isinstance(value, timedelta) else most.total_seconds()):
+    if value > most if isinstance(value, timedelta) else value > most.total_seconds():
         raise InvalidArgument(field, f"must be at most {human(most)}", value)
     ms = to_ms(value)
     if ms < 0:

@@ -76,7 +76,7 @@ class QueueConfigForm(forms.ModelForm):
         return value
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        data = super().clean() or self.cleaned_data
         if data.get("max_concurrency") is None and data.get("rate") is None and not self.errors:
             raise forms.ValidationError(
                 "Set a concurrency cap or a rate (delete the row to remove the queue's limits)."

@@ -137,7 +137,7 @@ class Control:
         (so cancelling it cancels the handler only). Returns its result, the interruption
         (TIMEOUT, CANCELLED or None) and the exception it raised, if any."""
         loop = asyncio.get_running_loop()
-        task = loop.create_task(call())  # type: ignore[arg-type]
+        task: asyncio.Task[T] = loop.create_task(call())  # type: ignore[arg-type]
         run = self._begin(message, task=task, loop=loop)
         try:
             return await task, run.reason, None

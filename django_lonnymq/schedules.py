@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import psycopg
@@ -281,12 +281,12 @@ def periodic(
         if _is_task(target):
             from .tasks import periodic_message
 
-            target_queue, message = periodic_message(target, body)
+            target_queue, message = periodic_message(cast(Any, target), body)
             if queue is not None and queue != target_queue:
                 raise InvalidArgument(
                     "queue", f"must be the task's queue ({target_queue!r}) or omitted", queue
                 )
-            path = str(target.module_path)
+            path = str(cast(Any, target).module_path)
         else:
             if not callable(target):
                 raise InvalidArgument("periodic", "must decorate a function or a task", target)

@@ -73,7 +73,7 @@ class ScheduleForm(forms.ModelForm):
             return None
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        data = super().clean() or self.cleaned_data
         for field, limit in (("name", 200), ("queue", 100), ("channel", 200)):
             if data.get(field) is not None and field in self.fields:
                 self._check(field, lambda v, f=field, n=limit: api._name(f, v, n), data[field])

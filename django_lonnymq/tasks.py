@@ -457,7 +457,7 @@ def _serving_backend(queue_name: str) -> LonnyMQBackend | None:
     """A LonnyMQBackend whose task queues include ``queue_name`` (where its results live)."""
     found = [b for b in lonnymq_backends() if not b.queues or queue_name in b.queues]
     named = [b for b in found if queue_name in b.queues]
-    return (named or found or [None])[0]
+    return next(iter(named or found), None)
 
 
 def _is_task_payload(payload: Any) -> bool:

@@ -101,7 +101,7 @@ def listing(state: str | None = None, *, using: str | None = None) -> QuerySet[W
         return rows
     if state not in STATES:
         raise InvalidArgument("state", f"must be one of {', '.join(STATES)}", state)
-    return rows.filter(lq_state=state)
+    return rows.filter(lq_state=state)  # type: ignore[misc]  # annotated by with_state
 
 
 class Presence:

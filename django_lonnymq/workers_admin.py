@@ -12,6 +12,7 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.admin.utils import quote
 from django.db.models import F, QuerySet
+from django.db.models.expressions import Combinable
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
@@ -33,7 +34,7 @@ class WorkerStateFilter(admin.SimpleListFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet[Worker]) -> QuerySet[Worker]:
         value = self.value()
         if value in dict(STATES):
-            return queryset.filter(lq_state=value)
+            return queryset.filter(lq_state=value)  # type: ignore[misc]  # annotated by with_state
         return queryset
 
 
@@ -79,8 +80,8 @@ class WorkerAdmin(admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Worker]:
         return with_state(super().get_queryset(request))
 
-    def get_ordering(self, request: HttpRequest) -> list[str]:
-        return [F("stopped_at").desc(nulls_first=True), F("heartbeat_at").desc(), "name"]  # type: ignore[list-item]
+    def get_ordering(self, request: HttpRequest) -> list[str | Combinable]:
+        return [F("stopped_at").desc(nulls_first=True), F("heartbeat_at").desc(), "name"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
