@@ -148,9 +148,7 @@ class Bench:
                 self.conn.execute("VACUUM lonnymq_channel, lonnymq_message")
                 time.sleep(0.5)
                 with self.conn.transaction():
-                    for start in range(0, n, 10_000):
-                        k = min(10_000, n - start)
-                        core.enqueue_many(self.conn, QUEUE, [names[(start + i) % channels] for i in range(k)])
+                    core.fill(self.conn, QUEUE, n, names)
                 t0 = time.perf_counter()
                 t1 = self._wait_empty(lambda: core.count_messages(self.conn, up_to=2), 1, 600)
                 rates.append(n / (t1 - t0))

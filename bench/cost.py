@@ -51,7 +51,7 @@ def backends(conn: psycopg.Connection[Any], application: str) -> list[int]:
     return [row[0] for row in rows]
 
 
-def drain(conn: psycopg.Connection[Any], fill: Any, left: Any, n: int) -> float:
+def drain(fill: Any, left: Any) -> float:
     """Fill (the workers are up and waiting), then wait until ``left()`` says it is drained."""
     fill()
     t0 = time.perf_counter()
@@ -77,14 +77,12 @@ def queue_cost(
 
         def fill() -> None:
             with conn.transaction():
-                for start in range(0, n, 10_000):
-                    k = min(10_000, n - start)
-                    core.enqueue_many(conn, QUEUE, [names[(start + i) % channels] for i in range(k)])
+                core.fill(conn, QUEUE, n, names)
 
         pids = [p.popen.pid for p in procs]
         servers = backends(conn, "lonnymq-worker")
         before = cpu_seconds(pids), cpu_seconds(servers)
-        seconds = drain(conn, fill, lambda: core.count_messages(conn, up_to=2) > 1, n)
+        seconds = drain(fill, lambda: core.count_messages(conn, up_to=2) > 1)
         after = cpu_seconds(pids), cpu_seconds(servers)
         core.ack(conn, sentinel)
         for proc in procs:
@@ -112,7 +110,7 @@ def raw_cost(url: str, conn: psycopg.Connection[Any], workers: int, n: int) -> t
         pids = [p.popen.pid for p in procs]
         servers = backends(conn, "lonnymq-bench-plain")
         before = cpu_seconds(pids), cpu_seconds(servers)
-        seconds = drain(conn, fill, lambda: core.count_plain(conn, up_to=1) > 0, n)
+        seconds = drain(fill, lambda: core.count_plain(conn, up_to=1) > 0)
         after = cpu_seconds(pids), cpu_seconds(servers)
     finally:
         for proc in procs:
@@ -127,9 +125,7 @@ def sql_per_call(conn: psycopg.Connection[Any], channels: int, warm: int, calls:
     names = [f"tenant-{i}" for i in range(channels)]
     n = 100 * max(channels, warm + calls)
     with conn.transaction():
-        for start in range(0, n, 10_000):
-            k = min(10_000, n - start)
-            core.enqueue_many(conn, QUEUE, [names[(start + i) % channels] for i in range(k)])
+        core.fill(conn, QUEUE, n, names)
     conn.execute("SET synchronous_commit = off")  # as the worker's connection
     dequeues, acks = [], []
     for call in range(warm + calls):

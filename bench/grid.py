@@ -137,9 +137,7 @@ def drain_rates(
                 conn.execute("VACUUM lonnymq_channel, lonnymq_message, lonnymq_wake")
                 names = [f"tenant-{i}" for i in range(channels)]
                 with conn.transaction():
-                    for start in range(0, n, 10_000):
-                        k = min(10_000, n - start)
-                        core.enqueue_many(conn, QUEUE, [names[(start + i) % channels] for i in range(k)])
+                    core.fill(conn, QUEUE, n, names)
                 t0 = time.perf_counter()
                 while core.count_messages(conn, up_to=2) > 1:
                     time.sleep(0.005)
