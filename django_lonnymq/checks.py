@@ -8,8 +8,8 @@ from django.core.checks import Error, Tags, register
 from django.core.checks import Warning as CheckWarning
 from django.db import DatabaseError, connections
 
+from .bounds import MAX_INTERVAL, MAX_LEASE
 from .conf import DEFAULTS, DURATIONS, settings, to_ms
-from .limits import MAX_INTERVAL, MAX_LEASE
 
 # The longest each duration setting may be: beyond it a value would be refused by the SQL
 # functions at every call, stopping what the worker does with it.

@@ -13,6 +13,8 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
 
+from .durations import to_ms
+
 PREFIX = "LONNYMQ_"
 
 DEFAULTS: dict[str, Any] = {
@@ -94,13 +96,6 @@ DURATIONS = {
 }
 
 
-def to_ms(value: timedelta | float | int) -> int:
-    """A duration as whole milliseconds."""
-    if isinstance(value, timedelta):
-        return value // timedelta(milliseconds=1)
-    return round(float(value) * 1000)
-
-
 class Settings:
     """Attribute access to ``LONNYMQ_<NAME>``, falling back to :data:`DEFAULTS`."""
 
@@ -134,3 +129,16 @@ def _forget_changed_setting(*, setting: str, **_: Any) -> None:
 
 
 setting_changed.connect(_forget_changed_setting, dispatch_uid="django_lonnymq.conf")
+
+
+def lost_after() -> timedelta:
+    """How long a worker may be silent before it shows as lost (``LONNYMQ_WORKER_LOST_AFTER``)."""
+    return timedelta(milliseconds=settings.ms("WORKER_LOST_AFTER"))
+
+
+def enqueue_params() -> dict[str, int]:
+    """The settings every enqueue passes to its SQL function (enqueue, publish, tasks, ticks)."""
+    return {
+        "priority_step_ms": settings.ms("PRIORITY_STEP"),
+        "tolerance_ms": settings.ms("WAKE_TOLERANCE"),
+    }

@@ -1,7 +1,7 @@
 """Durations given by callers, checked: a number of seconds or a timedelta, finite, bounded.
 
 Used by the API, ``Message.extend_lease()`` and ``Retry`` alike (the bounds are in
-:mod:`django_lonnymq.limits`).
+:mod:`django_lonnymq.bounds`).
 """
 
 from __future__ import annotations
@@ -10,12 +10,18 @@ import math
 from datetime import timedelta
 from typing import Any
 
-from . import limits
-from .conf import to_ms
+from . import bounds
 from .exceptions import InvalidArgument
 
 
-def duration_ms(field: str, value: Any, most: timedelta = limits.MAX_AHEAD) -> int:
+def to_ms(value: timedelta | float | int) -> int:
+    """A duration as whole milliseconds."""
+    if isinstance(value, timedelta):
+        return value // timedelta(milliseconds=1)
+    return round(float(value) * 1000)
+
+
+def duration_ms(field: str, value: Any, most: timedelta = bounds.MAX_AHEAD) -> int:
     if isinstance(value, bool) or not isinstance(value, (timedelta, int, float)):
         raise InvalidArgument(field, "must be a timedelta or a number of seconds", value)
     if isinstance(value, float) and not math.isfinite(value):

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
-from .limits import MAX_AHEAD
+from .bounds import MAX_AHEAD
 
 
 class LonnyMQError(Exception):

@@ -8,9 +8,9 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+from .bounds import MAX_LEASE
 from .durations import duration_ms
 from .exceptions import InvalidArgument
-from .limits import MAX_LEASE
 
 
 @dataclass

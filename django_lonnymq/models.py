@@ -543,7 +543,7 @@ class Worker(models.Model):
     @property
     def state(self) -> str:
         """``stopped``, ``lost`` or ``live`` (judged by this process's clock; the admin uses the database's)."""
-        from .workers import lost_after
+        from .conf import lost_after
 
         if self.stopped_at is not None:
             return "stopped"

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from . import limits
+from . import bounds
 from .exceptions import InvalidArgument
 
 MAX_COUNT = 1_000_000
 MAX_BURST = 1_000_000
-# A period is at most 366 days, as a release interval (limits.MAX_INTERVAL).
-MAX_PERIOD = limits.MAX_INTERVAL
+# A period is at most 366 days, as a release interval (bounds.MAX_INTERVAL).
+MAX_PERIOD = bounds.MAX_INTERVAL
 
 _UNITS = {
     "ms": 1,

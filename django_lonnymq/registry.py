@@ -7,10 +7,10 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from .api import _name
+from . import arguments
+from .bounds import MAX_INTERVAL
 from .durations import duration_ms
 from .exceptions import InvalidArgument, NoHandler
-from .limits import MAX_INTERVAL
 
 HandlerFunc = Callable[[Any], Any]
 F = TypeVar("F", bound=HandlerFunc)
@@ -34,7 +34,7 @@ def handler(queue: str, *, timeout: timedelta | float | None = None) -> Callable
     ``LONNYMQ_HANDLER_TIMEOUT``) the handler is interrupted and the message fails with
     reason ``timeout``.
     """
-    _name("queue", queue, 100)
+    arguments.queue(queue)
     timeout_ms = handler_timeout_ms("timeout", timeout) if timeout is not None else None
 
     def register(func: F) -> F:

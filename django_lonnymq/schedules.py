@@ -31,10 +31,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import psycopg
 from cronsim import CronSim, CronSimError
 
-from . import api, sql
+from . import arguments, bounds, sql
+from .bounds import MAX_INTERVAL
 from .conf import settings
 from .exceptions import InvalidArgument, sql_errors
-from .limits import MAX_INTERVAL
 
 logger = logging.getLogger("django_lonnymq.schedules")
 
@@ -59,7 +59,7 @@ def check_timezone(value: Any, field: str = "timezone") -> str:
     """An IANA time zone name (``"Europe/Paris"``, ``"UTC"``)."""
     if not isinstance(value, str):
         raise InvalidArgument(field, "must be an IANA time zone name such as 'Europe/Paris'", value)
-    api._name(field, value, 100)
+    arguments.name(field, value, bounds.MAX_QUEUE_NAME)
     _zone(value, field)
     return value
 
@@ -82,7 +82,7 @@ def check_cron(value: Any, field: str = "cron") -> str:
     """A five-field cron expression that matches some time in the next 50 years."""
     if not isinstance(value, str):
         raise InvalidArgument(field, "must be a cron expression string such as '*/5 * * * *'", value)
-    api._name(field, value, 200)
+    arguments.name(field, value, bounds.MAX_CHANNEL_NAME)
     if len(value.split()) != 5:
         raise InvalidArgument(
             field,
@@ -265,16 +265,16 @@ def periodic(
         check_every(every) if every is not None else None,
         zone,
     )
-    api._name("channel", channel, 200)
+    arguments.channel(channel)
     if queue is not None:
-        api._name("queue", queue, 100)
+        arguments.queue(queue)
     if name is not None:
-        api._name("name", name, 200)
-    catch_up = api._int("catch_up", catch_up, 1, MAX_CATCH_UP)
+        arguments.name("name", name, bounds.MAX_SCHEDULE_NAME)
+    catch_up = arguments.integer("catch_up", catch_up, 1, MAX_CATCH_UP)
     if max_attempts is not None:
-        max_attempts = api._int("max_attempts", max_attempts, 1, 1000)
+        max_attempts = arguments.integer("max_attempts", max_attempts, 1, bounds.MAX_ATTEMPTS)
     body = {} if payload is None else payload
-    json.loads(api._payload(body))  # a clear PayloadError now, never at the first tick
+    json.loads(arguments.payload(body))  # a clear PayloadError now, never at the first tick
 
     def declare(target: F) -> F:
         target_queue, message = queue, body
@@ -293,13 +293,13 @@ def periodic(
             path = f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', repr(target))}"
         if target_queue is None:
             raise InvalidArgument("queue", "must be given: the queue whose handler runs each tick", None)
-        schedule_name = api._name("name", name if name is not None else path, 200)
+        schedule_name = arguments.name("name", name if name is not None else path, bounds.MAX_SCHEDULE_NAME)
         declaration = Declaration(
             name=schedule_name,
             queue=target_queue,
             channel=channel,
             timing=timing,
-            payload=json.loads(api._payload(message)),
+            payload=json.loads(arguments.payload(message)),
             catch_up=catch_up,
             max_attempts=max_attempts,
             target=path,
@@ -431,7 +431,7 @@ def _first_line(exc: BaseException) -> str:
 
 def first_tick(cron: str | None, every_ms: int | None, timezone: str, now_ms: int | None = None) -> int:
     """The first tick after now (or ``now_ms``) of a timing, for a schedule saved now."""
-    return Timing(cron, every_ms, timezone).next_after(api.now_ms() if now_ms is None else now_ms)
+    return Timing(cron, every_ms, timezone).next_after(arguments.now_ms() if now_ms is None else now_ms)
 
 
 class Ticker:

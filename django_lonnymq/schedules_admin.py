@@ -21,7 +21,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.http import urlencode
 
-from . import api, schedules
+from . import arguments, schedules
 from .exceptions import InvalidArgument
 from .models import Schedule
 
@@ -76,7 +76,7 @@ class ScheduleForm(forms.ModelForm):
         data = super().clean() or self.cleaned_data
         for field, limit in (("name", 200), ("queue", 100), ("channel", 200)):
             if data.get(field) is not None and field in self.fields:
-                self._check(field, lambda v, f=field, n=limit: api._name(f, v, n), data[field])
+                self._check(field, lambda v, f=field, n=limit: arguments.name(f, v, n), data[field])
         cron = (data.get("cron") or "").strip() or None
         seconds = data.get("every_seconds")
         if cron is not None and seconds is not None:
@@ -92,7 +92,7 @@ class ScheduleForm(forms.ModelForm):
             self._check("timezone", schedules.check_timezone, data["timezone"])
         payload = {} if data.get("payload") is None else data["payload"]
         data["payload"] = payload
-        self._check("payload", lambda v: api._payload(v), payload)
+        self._check("payload", lambda v: arguments.payload(v), payload)
         return data
 
 

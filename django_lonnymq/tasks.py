@@ -41,7 +41,8 @@ from typing import Any, NoReturn
 from django.db import connections
 from django.utils import timezone
 
-from . import api
+from . import arguments, bounds, db
+from .conf import enqueue_params
 from .conf import settings as lonnymq_settings
 from .exceptions import Discard, LonnyMQError, PayloadError, UnknownTask, WorkerInterrupted
 from .message import Message
@@ -86,7 +87,7 @@ OPTION_NAMES = ("CHANNEL_KWARG", "DEFAULT_CHANNEL", "DATABASE", "MAX_ATTEMPTS", 
 @contextlib.contextmanager
 def channel(name: str) -> Iterator[None]:
     """Enqueue the tasks of this block into tenant channel ``name``."""
-    api._name("channel", name, 200)
+    arguments.channel(name)
     token = _channel.set(name)
     try:
         yield
@@ -133,7 +134,7 @@ class LonnyMQBackend(BaseTaskBackend):
             raise InvalidTask("priority cannot be combined with run_after in the future.")
         for queue_name in [task.queue_name]:
             try:
-                api._name("queue_name", queue_name, 100)
+                arguments.queue(queue_name, "queue_name")
             except LonnyMQError as exc:
                 raise InvalidTask(str(exc)) from exc
 
@@ -167,7 +168,7 @@ class LonnyMQBackend(BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
-        channel_name = api._name("channel", self._channel_for(result.kwargs), 200)
+        channel_name = arguments.channel(self._channel_for(result.kwargs))
         payload = {
             "task": task.module_path,
             "result_id": result_id,
@@ -176,23 +177,23 @@ class LonnyMQBackend(BaseTaskBackend):
             "kwargs": result.kwargs,
         }
         run_after = task.run_after
-        priority = api._int("priority", int(task.priority), 0, 100)
-        run_at_ms, _ = api._when(
+        priority = arguments.integer("priority", int(task.priority), 0, bounds.MAX_PRIORITY)
+        run_at_ms, _ = arguments.when(
             run_after if run_after is not None and run_after > now else None, None, priority
         )
         max_attempts = lonnymq_settings.MAX_ATTEMPTS if self.max_attempts is None else self.max_attempts
         params = {
             "queue": task.queue_name,
             "channel": channel_name,
-            "payload": api._payload(payload),
+            "payload": arguments.payload(payload),
             "run_at_ms": run_at_ms,
             "priority": priority,
-            "max_attempts": api._int("max_attempts", max_attempts, 1, 1000),
+            "max_attempts": arguments.integer("max_attempts", max_attempts, 1, bounds.MAX_ATTEMPTS),
             "run_after": run_after,
             "enqueued_at": now,
-            **api._common(),
+            **enqueue_params(),
         }
-        message_id = int(api._call(self.database, "enqueue_task", params))
+        message_id = int(db.value("enqueue_task", params, using=self.database))
         if eager.enabled():
             eager.after_enqueue(task.queue_name, [message_id], self.database)
         _task_signals.task_enqueued.send(type(self), task_result=result)
@@ -274,7 +275,7 @@ def _backend_checks(backend: LonnyMQBackend) -> list[Any]:
         if option == "CHANNEL_KWARG" and value is None:
             continue
         try:
-            api._name(option, value, length)
+            arguments.name(option, value, length)
         except LonnyMQError as exc:
             errors.append(Error(f"{where}: OPTIONS['{option}']: {exc}.", id="lonnymq.E193"))
     modules = backend.options.get("TASK_MODULES", [])
@@ -302,7 +303,7 @@ def _backend_checks(backend: LonnyMQBackend) -> list[Any]:
                 )
     for queue_name in sorted(backend.queues, key=str):
         try:
-            api._name("QUEUES", queue_name, 100)
+            arguments.queue(queue_name, "QUEUES")
         except LonnyMQError as exc:
             errors.append(
                 Error(f"{where}: {exc}.", hint="Queue names are 1 to 100 characters.", id="lonnymq.E195")
@@ -570,7 +571,7 @@ def run_task_message(message: Message) -> None:
             _send_finished(sender, _result_from_record(record, task))
         raise
     try:
-        stored = json.loads(api._payload(value, "return value"))
+        stored = json.loads(arguments.payload(value, "return value"))
     except PayloadError as exc:
         # Not retried: the task ran (its effects are done) and would return the same again.
         cause = exc.__cause__ if isinstance(exc.__cause__, (TypeError, ValueError)) else exc

@@ -17,21 +17,14 @@ the admin deletes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from . import api, eager, limits, sql
-from .conf import settings
-from .exceptions import InvalidArgument, sql_errors
-
-try:
-    import psycopg
-except ImportError:  # psycopg2 users keep Django's cursor
-    psycopg = None  # type: ignore[assignment]
-
-MAX_TOPIC = 200
+from . import arguments, bounds, db, eager
+from .conf import enqueue_params, settings
+from .exceptions import InvalidArgument
 
 # (topic, queue) pairs declared with subscribe(), in declaration order.
 _declared: dict[tuple[str, str], None] = {}
@@ -49,13 +42,13 @@ class Event:
 
 def check_topic(topic: Any, field: str = "topic") -> str:
     """A topic name: 1 to 200 characters, not only blanks, no NUL."""
-    return api._name(field, topic, MAX_TOPIC)
+    return arguments.name(field, topic, bounds.MAX_TOPIC_NAME)
 
 
 def subscribe(topic: str, *, queue: str) -> None:
     """Declare that ``queue`` is a consumer group of ``topic`` (written when a worker starts)."""
     check_topic(topic)
-    api._name("queue", queue, limits.MAX_QUEUE_NAME)
+    arguments.queue(queue)
     _declared[(topic, queue)] = None
 
 
@@ -75,7 +68,7 @@ def sync_subscriptions(*, using: str | None = None) -> int:
     if not pairs:
         return 0
     params = {"topics": [t for t, _ in pairs], "queues": [q for _, q in pairs]}
-    return int(api._call(using, "subscribe", params))
+    return int(db.value("subscribe", params, using=using))
 
 
 def publish(
@@ -116,9 +109,9 @@ def publish_many(
         events, Iterable
     ):
         raise InvalidArgument("events", "must be a list, tuple or iterator of events", type(events).__name__)
-    alias = api._alias(using)
+    alias = db.alias(using)
     if key is not None:
-        api._name("key", key, limits.MAX_CHANNEL_NAME)
+        arguments.channel(key, "key")
     keys: list[str | None] = []
     payloads: list[str] = []
     run_ats: list[int | None] = []
@@ -128,17 +121,17 @@ def publish_many(
         where = f"events[{index}]"
         event_key = event.key if event.key is not None else key
         if event_key is not None:
-            api._name(f"{where}.key", event_key, limits.MAX_CHANNEL_NAME)
+            arguments.channel(event_key, f"{where}.key")
         when = event.run_at if event.run_at is not None else run_at
         if event.dedup_key is not None:
-            api._name(f"{where}.dedup_key", event.dedup_key, limits.MAX_DEDUP_KEY)
+            arguments.dedup_key(event.dedup_key, f"{where}.dedup_key")
         keys.append(event_key)
-        payloads.append(api._payload(event.payload, f"{where}.payload"))
-        run_ats.append(api._epoch_ms(f"{where}.run_at", when) if when is not None else None)
+        payloads.append(arguments.payload(event.payload, f"{where}.payload"))
+        run_ats.append(arguments.epoch_ms(f"{where}.run_at", when) if when is not None else None)
         dedup_keys.append(event.dedup_key)
     if not payloads:
         return []
-    attempts = api._int("max_attempts", settings.MAX_ATTEMPTS, 1, 1000)
+    attempts = arguments.integer("max_attempts", settings.MAX_ATTEMPTS, 1, bounds.MAX_ATTEMPTS)
     params = {
         "topic": topic,
         "keys": keys if any(k is not None for k in keys) else None,
@@ -146,30 +139,13 @@ def publish_many(
         "run_at_ms": run_ats if any(r is not None for r in run_ats) else None,
         "dedup_keys": dedup_keys if any(d is not None for d in dedup_keys) else None,
         "default_max_attempts": attempts,
-        **api._common(),
+        **enqueue_params(),
     }
-    rows = _rows(alias, "publish", params)
+    rows = db.rows("publish", params, using=alias, arrays=True)
     if eager.enabled():
         for queue, ids in rows:
             eager.after_enqueue(queue, list(ids), alias)
     return [[int(ids[index]) for _, ids in rows] for index in range(len(payloads))]
-
-
-def _rows(alias: str, name: str, params: Mapping[str, Any]) -> Sequence[tuple[Any, ...]]:
-    """Every row of a named statement on the caller's connection and transaction; arrays
-    bind in binary on psycopg 3 (see ``api._call_with_arrays``)."""
-    wrapper = api._connected(alias)
-    statement = sql.query(name)
-    if psycopg is not None and isinstance(wrapper.connection, psycopg.Connection):
-        wrapper.validate_thread_sharing()
-        raw = psycopg.Cursor(wrapper.connection)
-        cursor = wrapper.make_debug_cursor(raw) if wrapper.queries_logged else wrapper.make_cursor(raw)
-        statement = sql.binary_arrays(statement)
-    else:
-        cursor = wrapper.cursor()
-    with sql_errors(), cursor:
-        cursor.execute(statement, params)
-        return cursor.fetchall()
 
 
 def sync_declared_subscriptions(command: Any, using: str | None) -> None:
@@ -187,6 +163,6 @@ def sync_declared_subscriptions(command: Any, using: str | None) -> None:
         )
         return
     finally:
-        connections[api._alias(using)].close()  # the worker opens its own connections
+        connections[db.alias(using)].close()  # the worker opens its own connections
     if created:
         command.stdout.write(f"created {created} declared subscription(s)")

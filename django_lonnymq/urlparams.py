@@ -7,7 +7,7 @@ database error and an HTTP 500; here each simply matches nothing.
 
 from __future__ import annotations
 
-from .limits import MAX_ID
+from .bounds import MAX_ID
 
 
 def storable(value: str | None) -> str | None:

@@ -499,7 +499,7 @@ def _live_workers(using: str | None) -> dict[str, int]:
     from django.db import connections
 
     from . import sql
-    from .workers import lost_after
+    from .conf import lost_after
 
     with connections[using or settings.DATABASE].cursor() as cursor:
         cursor.execute(sql.query("live_workers"), {"lost_after_s": lost_after().total_seconds()})

@@ -20,12 +20,13 @@ import os
 import socket
 import time
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
-from .conf import settings
+from . import arguments, bounds, db
+from .conf import lost_after, settings
 
 if TYPE_CHECKING:
     from django.db.models import QuerySet
@@ -35,19 +36,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_lonnymq.worker")
 
-MAX_NAME = 200
-
-
-def lost_after() -> timedelta:
-    """How long a worker may be silent before it shows as lost."""
-    return timedelta(milliseconds=settings.ms("WORKER_LOST_AFTER"))
+MAX_NAME = bounds.MAX_WORKER_NAME
 
 
 def check_name(name: object) -> str:
     """A worker name: 1 to 200 characters, not only blanks, no NUL."""
-    from .api import _name
-
-    return _name("name", name, MAX_NAME)
+    return arguments.name("name", name, MAX_NAME)
 
 
 def with_state(queryset: QuerySet[WorkerRow]) -> QuerySet[WorkerRow]:
@@ -92,11 +86,10 @@ STATES = ("live", "lost", "stopped")
 def listing(state: str | None = None, *, using: str | None = None) -> QuerySet[WorkerRow]:
     """The workers' rows, each with ``lq_state`` (``live``/``lost``/``stopped``, on the
     database's clock) and ``lq_leases`` (leases its name holds now); ``state`` keeps one."""
-    from .api import _alias
     from .exceptions import InvalidArgument
     from .models import Worker as WorkerRow
 
-    rows = with_state(WorkerRow.objects.using(_alias(using)).all())
+    rows = with_state(WorkerRow.objects.using(db.alias(using)).all())
     if state is None:
         return rows
     if state not in STATES:

@@ -10,7 +10,8 @@ from django.db import IntegrityError, connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_lonnymq import api, sql
+from django_lonnymq import db, sql
+from django_lonnymq.conf import enqueue_params
 from django_lonnymq.exceptions import InvalidArgument
 from django_lonnymq.models import Message, TaskResultRecord
 from tests.testapp import tasks
@@ -57,10 +58,10 @@ def call(payload: Any, **overrides: Any) -> int:
         "max_attempts": 3,
         "run_after": None,
         "enqueued_at": timezone.now(),
-        **api._common(),
+        **enqueue_params(),
         **overrides,
     }
-    return int(api._call(None, "enqueue_task", params))
+    return int(db.value("enqueue_task", params))
 
 
 GOOD = '{"task": "tests.testapp.tasks.add", "result_id": "r1", "backend": "default", "args": [1, 2], "kwargs": {}}'

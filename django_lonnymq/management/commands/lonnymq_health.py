@@ -32,9 +32,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, connections, transaction
 
 from django_lonnymq import api, sql
+from django_lonnymq.bounds import MAX_INTERVAL
 from django_lonnymq.conf import settings
 from django_lonnymq.exceptions import LonnyMQError, sql_errors
-from django_lonnymq.limits import MAX_INTERVAL
 from django_lonnymq.management.commands.run_queue_worker import check_database
 from django_lonnymq.models import QueueSample
 

@@ -12,9 +12,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, connections
 
 from django_lonnymq import installed, logs
+from django_lonnymq.bounds import MAX_INTERVAL, MAX_LEASE
 from django_lonnymq.conf import settings
 from django_lonnymq.exceptions import InvalidArgument, NoHandler, SchemaMissing
-from django_lonnymq.limits import MAX_INTERVAL, MAX_LEASE
 from django_lonnymq.registry import autodiscover
 from django_lonnymq.topics import sync_declared_subscriptions
 from django_lonnymq.worker import Worker

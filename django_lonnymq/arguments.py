@@ -1,0 +1,187 @@
+"""Argument checks: a clear, typed error in Python before anything reaches the database.
+
+Every public entry point (the API, topics, the Tasks backend, schedules, the admin's forms)
+checks its arguments here, against the bounds of :mod:`django_lonnymq.bounds`; the schema
+checks the same numbers again. The error names the field, the rule and the value.
+
+Imports no Django at import time (settings and time zones are looked up inside the checks
+that need them), so code without Django settings can use the name and payload checks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from . import bounds, jsontext
+from .durations import duration_ms
+from .exceptions import InvalidArgument, PayloadError, PriorityWithSchedule
+
+__all__ = [
+    "collection",
+    "duration_ms",
+    "epoch_ms",
+    "integer",
+    "message_id",
+    "message_ids",
+    "name",
+    "now_ms",
+    "payload",
+    "queue",
+    "channel",
+    "dedup_key",
+    "when",
+]
+
+# One encoder for every payload (json.dumps builds one per call). ensure_ascii stays on, so
+# the text's length is its size in bytes.
+_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+
+
+def name(field: str, value: Any, max_length: int) -> str:
+    """A name: a string of 1 to ``max_length`` characters, not only blanks, no NUL, valid Unicode."""
+    if not isinstance(value, str):
+        raise InvalidArgument(field, "must be a string", value)
+    if not 1 <= len(value) <= max_length:
+        raise InvalidArgument(field, f"must be 1 to {max_length} characters", value)
+    if "\x00" in value:
+        raise InvalidArgument(field, "must not contain NUL characters", value)
+    if not value.strip():
+        raise InvalidArgument(field, "must not be only blanks", value)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(field, "must be valid Unicode (it holds a lone surrogate)", value) from None
+    return value
+
+
+def queue(value: Any, field: str = "queue") -> str:
+    return name(field, value, bounds.MAX_QUEUE_NAME)
+
+
+def channel(value: Any, field: str = "channel") -> str:
+    return name(field, value, bounds.MAX_CHANNEL_NAME)
+
+
+def dedup_key(value: Any, field: str = "dedup_key") -> str | None:
+    return None if value is None else name(field, value, bounds.MAX_DEDUP_KEY)
+
+
+def payload(value: Any, field: str = "payload", *, max_bytes: int | None = None) -> str:
+    """``value`` as the JSON text the queue stores; ``max_bytes`` defaults to
+    ``LONNYMQ_MAX_PAYLOAD_BYTES``."""
+    try:
+        text = _JSON.encode(value)
+    except RecursionError:
+        raise PayloadError(
+            field, "must not be nested deeper than about 1000 levels", type(value).__name__
+        ) from None
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(
+            field,
+            "must be JSON-serializable",
+            type(value).__name__,
+            message=f"{field} must be JSON-serializable: {exc}",
+        ) from exc
+    if jsontext.has_nul_escape(text):
+        raise PayloadError(
+            field, "must not contain NUL characters (PostgreSQL jsonb refuses them)", "\\u0000"
+        )
+    if ("\\ud" in text or "\\uD" in text) and jsontext.has_lone_surrogate(text):
+        raise PayloadError(
+            field, "must be valid Unicode (a string holds a lone surrogate)", "\\ud800-\\udfff"
+        )
+    if max_bytes is None:
+        from .conf import settings
+
+        max_bytes = int(settings.MAX_PAYLOAD_BYTES)
+    size = len(text)  # ensure_ascii: one byte per character
+    if size > max_bytes:
+        raise PayloadError(
+            field,
+            f"must be at most {max_bytes} bytes as JSON (LONNYMQ_MAX_PAYLOAD_BYTES)",
+            size,
+            message=f"{field} is {size} bytes as JSON, more than LONNYMQ_MAX_PAYLOAD_BYTES={max_bytes}",
+        )
+    return text
+
+
+def integer(field: str, value: Any, low: int, high: int) -> int:
+    """An int (not a bool) from ``low`` to ``high``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(field, "must be an integer", value)
+    if not low <= value <= high:
+        raise InvalidArgument(field, f"must be between {low} and {high}", value)
+    return value
+
+
+def message_id(field: str, value: Any) -> int:
+    """A message (or channel) id: a positive bigint."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(field, "must be integers", value)
+    if not 1 <= value <= bounds.MAX_ID:
+        raise InvalidArgument(field, f"must be between 1 and {bounds.MAX_ID}", value)
+    return value
+
+
+def message_ids(ids: Iterable[int], field: str = "ids") -> list[int]:
+    """A list, tuple or iterator of message ids."""
+    if isinstance(ids, (str, bytes, bytearray, Mapping)) or not isinstance(ids, Iterable):
+        raise InvalidArgument(field, "must be a list, tuple or iterator of message ids", ids)
+    return [message_id(field, value) for value in ids]
+
+
+def collection(field: str, value: Any, of: str) -> Any:
+    """A list, tuple or iterator (not a string, mapping or set): ``of`` says of what."""
+    if isinstance(value, (str, bytes, bytearray, Mapping, set, frozenset)) or not isinstance(value, Iterable):
+        raise InvalidArgument(field, f"must be a list, tuple or iterator of {of}", type(value).__name__)
+    return value
+
+
+def now_ms() -> int:
+    """The current time as the queue counts it (ms since the epoch)."""
+    from django.utils import timezone
+
+    return int(timezone.now().timestamp() * 1000)
+
+
+def epoch_ms(field: str, value: Any) -> int:
+    """An aware datetime (naive only when USE_TZ is off) within the queue's time bounds, in ms."""
+    if not isinstance(value, datetime):
+        raise InvalidArgument(field, "must be a datetime", value)
+    if value.tzinfo is None or value.utcoffset() is None:
+        from django.conf import settings as django_settings
+        from django.utils import timezone
+
+        if getattr(django_settings, "USE_TZ", True):
+            raise InvalidArgument(
+                field,
+                "must be timezone-aware when USE_TZ is on (use django.utils.timezone.now() or make_aware())",
+                value,
+            )
+        value = timezone.make_aware(value, timezone.get_default_timezone())
+    ms = int(value.timestamp() * 1000)
+    if ms < 0:
+        raise InvalidArgument(field, "must not be before 1970-01-01", value)
+    if ms > now_ms() + int(bounds.MAX_AHEAD / timedelta(milliseconds=1)):
+        raise InvalidArgument(field, "must be at most 100 years ahead", value)
+    return ms
+
+
+def when(run_at: Any, delay: Any, priority: int) -> tuple[int | None, int | None]:
+    """``(run_at_ms, delay_ms)`` of a message; a priority cannot go with a future run time."""
+    if run_at is not None and delay is not None:
+        raise InvalidArgument("run_at", "cannot be combined with delay", run_at)
+    run_at_ms = epoch_ms("run_at", run_at) if run_at is not None else None
+    delay_ms = duration_ms("delay", delay) if delay is not None else None
+    if priority > 0 and ((delay_ms or 0) > 0 or (run_at_ms is not None and run_at_ms > now_ms())):
+        raise PriorityWithSchedule(
+            "priority",
+            "cannot be combined with a future run time",
+            priority,
+            message=f"priority {priority} cannot be combined with a future run time: "
+            "priority moves a message earlier, a scheduled message has no earlier slot",
+        )
+    return run_at_ms, delay_ms

@@ -1,0 +1,37 @@
+"""The bounds every name, number, duration, time and id keeps: the one place they are written.
+
+Checked in Python (:mod:`django_lonnymq.arguments`) before anything is sent; the schema has
+the same numbers (``sql/schema.sql``: CHECK constraints and the functions' argument checks),
+so a value that passes here is accepted there, and no accepted value can overflow the
+arithmetic of a later dequeue. Imports nothing: the Spark writer uses it without Django.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+# A run time or delay ahead of now, and a retry delay: 100 years.
+MAX_AHEAD = timedelta(days=36_525)
+# A release interval, the dashboard history kept, the dedup window: 366 days.
+MAX_INTERVAL = timedelta(days=366)
+# A lease, a lease extension, a grace period: one day.
+MAX_LEASE = timedelta(days=1)
+# Message and channel ids are bigint.
+MAX_ID = 2**63 - 1
+# Names, in characters.
+MAX_QUEUE_NAME = 100
+MAX_CHANNEL_NAME = 200
+MAX_DEDUP_KEY = 200
+MAX_TOPIC_NAME = 200
+MAX_SCHEDULE_NAME = 200
+MAX_WORKER_NAME = 200
+# Priority: 0 (none) to 100 steps earlier.
+MAX_PRIORITY = 100
+# Deliveries of one message.
+MAX_ATTEMPTS = 1000
+# Messages a channel releases per round under backlog.
+MAX_WEIGHT = 1000
+# Messages leased by one dequeue.
+MAX_BATCH = 10_000
+# A concurrency cap (a PostgreSQL integer).
+MAX_INT4 = 2_147_483_647
