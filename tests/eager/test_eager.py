@@ -120,8 +120,7 @@ def test_drain_warns_inside_a_testcase_transaction():
     assert any("drain() runs inside a transaction" in str(w.message) for w in caught)
 
 
-@pytest.mark.django_db(transaction=True)
-def test_aenqueue_from_async_code_and_the_message_runs():
+def test_aenqueue_from_async_code_and_the_message_runs(lonnymq_drain):
     async def view_body() -> list[int]:
         first = await aenqueue("eager_effect", {"n": 11}, channel="async")
         more = await aenqueue_many("eager_effect", (Item({"n": n}) for n in (12, 13)))
@@ -133,7 +132,7 @@ def test_aenqueue_from_async_code_and_the_message_runs():
     assert response.status_code == 200
     ids.append(response.json()["message_id"])
     assert sorted(MessageRow.objects.values_list("id", flat=True)) == sorted(ids)  # committed
-    stats = drain("eager_effect")
+    stats = lonnymq_drain("eager_effect")
     assert stats.acked == 4 and seen_names() == ["11", "12", "13", "14"]
 
 

@@ -20,15 +20,13 @@ async def leave_a_channel_async(message: Message) -> None:
     await sync_to_async(Channel.objects.create)(queue="eager_async_seen", name=str(message.payload["n"]))
 
 
-def test_an_async_handler_runs_when_the_enqueue_returns():
-    with eager():
-        enqueue("eager_async", {"n": 5})
+def test_an_async_handler_runs_when_the_enqueue_returns(lonnymq_eager):
+    enqueue("eager_async", {"n": 5})
     assert list(Channel.objects.filter(queue="eager_async_seen").values_list("name", flat=True)) == ["5"]
 
 
-def test_a_failing_async_handler_is_retried_then_dead():
-    with eager():
-        message_id = enqueue("eager_async", {"n": 6, "fail": True}, max_attempts=2)
+def test_a_failing_async_handler_is_retried_then_dead(lonnymq_eager):
+    message_id = enqueue("eager_async", {"n": 6, "fail": True}, max_attempts=2)
     dead = DeadMessage.objects.get(pk=message_id)
     assert (dead.reason, dead.attempts) == ("failed", 2) and "async failure" in dead.last_error
 
