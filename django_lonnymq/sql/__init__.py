@@ -1,7 +1,10 @@
 """The SQL that ships with the app: the live schema, the migrations' history, named queries.
 
-- ``schema.sql``: every table, index and function as a fresh ``migrate`` installs it now. The
-  file to read, and the one to edit (docs/sql.md).
+- ``schema.sql``: every table, index and function as a fresh ``migrate`` installs it now and
+  the app calls it. The file to read, and the one to edit (docs/sql.md).
+- ``superseded.sql``: the functions ``migrate`` still installs but no named statement or live
+  function calls any more, kept for the previous release's code during a rolling deploy; each
+  says which release may drop it. :func:`schema` is the two files together.
 - ``migrations/NNNN_name.up.sql`` (and ``.down.sql`` where the step creates something): what
   each released migration ran, frozen (tests/migrations/test_schema.py pins their checksums).
   A later migration that changes a function carries its new body; its reverse reinstalls the
@@ -29,12 +32,21 @@ _FUNCTION = re.compile(
 )
 
 SCHEMA_FILE = "schema.sql"
+SUPERSEDED_FILE = "superseded.sql"
+# What a database migrated from zero holds, in the order to run them.
+SCHEMA_FILES = (SCHEMA_FILE, SUPERSEDED_FILE)
 MIGRATIONS_DIR = "migrations"
 
 
 def read(filename: str) -> str:
     """The text of one SQL file in this package (``"schema.sql"``, ``"migrations/0001_initial.up.sql"``)."""
     return resources.files(__package__).joinpath(filename).read_text(encoding="utf-8")
+
+
+def schema() -> str:
+    """Every table, index and function a fresh ``migrate`` installs: the live schema, then the
+    superseded functions (one text, to run in one transaction)."""
+    return "\n".join(read(filename) for filename in SCHEMA_FILES)
 
 
 def migration(name: str, direction: str = "up") -> str:

@@ -19,8 +19,8 @@ CREATE_TABLE = re.compile(r"CREATE TABLE (?:IF NOT EXISTS )?(\w+)", re.IGNORECAS
 
 
 def expected_objects() -> tuple[set[str], set[str]]:
-    """Tables and functions the live schema file defines (what all migrations leave)."""
-    text = sql.read(sql.SCHEMA_FILE)
+    """Tables and functions the schema files define (what all migrations leave)."""
+    text = sql.schema()
     return set(CREATE_TABLE.findall(text)), set(sql.functions(text))
 
 

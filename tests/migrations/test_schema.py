@@ -1,7 +1,8 @@
 """The live schema file and the migrations can never drift apart, and history never changes.
 
-- A database migrated from zero has exactly the schema ``sql/schema.sql`` builds: every
-  table, column, constraint, index, sequence and function definition compared.
+- A database migrated from zero has exactly the schema ``sql/schema.sql`` and
+  ``sql/superseded.sql`` build (``sql.schema()``): every table, column, constraint, index,
+  sequence and function definition compared.
 - Each migration step reversed gives back exactly the schema of the step before it, and up
   again gives the live schema (so the reverse of a function change reinstalls the old body).
 - Each released migration SQL file is pinned by its checksum: a released migration cannot
@@ -132,7 +133,7 @@ def migrate(dsn: str, target: str) -> None:
 
 def build_from_schema_file(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=False) as conn:
-        conn.execute(sql.read(sql.SCHEMA_FILE))
+        conn.execute(sql.schema())
 
 
 def test_schema_file_equals_a_database_migrated_from_zero(scratch_database):
@@ -140,12 +141,12 @@ def test_schema_file_equals_a_database_migrated_from_zero(scratch_database):
     build_from_schema_file(from_file)
     migrate(migrated, MIGRATIONS[-1])
     expected, got = snapshot(from_file), snapshot(migrated)
-    assert len(expected["functions"]) == len(sql.functions(sql.read(sql.SCHEMA_FILE))) >= 30
+    assert len(expected["functions"]) == len(sql.functions(sql.schema())) >= 30
     assert {"lonnymq_channel", "lonnymq_message", "lonnymq_dead_message"} <= {
         t[0] for t in expected["tables"]
     }
-    diff = differences(expected, got, "schema.sql", "migrated from zero")
-    assert not diff, "sql/schema.sql and the migrations disagree:\n" + "\n".join(diff)
+    diff = differences(expected, got, "schema.sql + superseded.sql", "migrated from zero")
+    assert not diff, "sql/schema.sql, sql/superseded.sql and the migrations disagree:\n" + "\n".join(diff)
 
 
 def test_each_step_reversed_gives_back_the_schema_before_it(scratch_database):
@@ -166,8 +167,8 @@ def test_each_step_reversed_gives_back_the_schema_before_it(scratch_database):
     assert not differences(forward[MIGRATIONS[-1]], snapshot(dsn), "first up", "second up")
 
 
-def test_a_function_is_defined_once_in_the_schema_file():
-    text = sql.read(sql.SCHEMA_FILE)
-    names = sql.functions(text)
-    assert text.count("CREATE FUNCTION ") == len(names)
-    assert "CREATE OR REPLACE" not in text  # the live file states each object once
+@pytest.mark.parametrize("filename", sql.SCHEMA_FILES)
+def test_a_function_is_defined_once_in_the_schema_files(filename):
+    text = sql.read(filename)
+    assert text.count("CREATE FUNCTION ") == len(sql.functions(text))
+    assert "CREATE OR REPLACE" not in text  # the schema files state each object once
