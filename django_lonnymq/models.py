@@ -391,13 +391,6 @@ class TaskResultRecord(models.Model):
 # ---------------------------------------------------------------------------------------
 
 
-def stats_query(name: str) -> str:
-    """A named query of ``sql/stats.sql`` (the operators' figures)."""
-    from . import sql
-
-    return sql.queries("stats.sql")[name]
-
-
 class QueueSample(models.Model):
     """A queue's figures at one moment: live (unsaved, from :meth:`live`) or recorded history.
 
@@ -474,12 +467,9 @@ class QueueSample(models.Model):
     @classmethod
     def live(cls, queues: list[str] | None = None, *, using: str | None = None) -> list[QueueSample]:
         """The figures of every queue (or of ``queues``) now, as unsaved samples."""
-        from .conf import settings
+        from . import db
 
-        alias = using or settings.DATABASE
-        samples: list[QueueSample] = list(
-            cls.objects.using(alias).raw(stats_query("queue_stats"), {"queues": queues})
-        )
+        samples: list[QueueSample] = db.models(cls, "queue_stats", {"queues": queues}, using=using)
         for sample in samples:
             sample._state.adding = True  # not stored: saving would insert it
         return samples

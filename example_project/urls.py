@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.urls import path
 
-from django_lonnymq.views import metrics
+from django_lonnymq.prometheus import metrics
 
 urlpatterns = [
     path("admin/", admin.site.urls),

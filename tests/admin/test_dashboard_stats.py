@@ -19,17 +19,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_lonnymq import api
+from django_lonnymq.admin.charts import nice_ceiling, thin, throughput_chart
+from django_lonnymq.figures import format_age, format_throughput, released_between, throughput
 from django_lonnymq.management.commands import lonnymq_stats
 from django_lonnymq.models import QueueSample
-from django_lonnymq.views import (
-    format_age,
-    format_throughput,
-    nice_ceiling,
-    released_between,
-    thin,
-    throughput,
-    throughput_chart,
-)
 
 from .conftest import QUEUE, ack, dequeue, fail, make_dead
 

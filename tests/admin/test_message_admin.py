@@ -13,8 +13,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from django_lonnymq import admin as lq_admin
 from django_lonnymq import api
+from django_lonnymq.admin import common as admin_common
 from django_lonnymq.models import Channel, DeadMessage, Message
 
 from .conftest import QUEUE, dequeue, make_dead
@@ -124,7 +124,7 @@ def test_view_only_staff_cannot_run_now_or_cancel(viewer_client: Client, states:
 def test_unfiltered_list_uses_the_planner_estimate_not_count(
     admin_client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(lq_admin, "COUNT_CAP", 5)
+    monkeypatch.setattr(admin_common, "COUNT_CAP", 5)
     api.enqueue_many(QUEUE, [{"n": n} for n in range(12)], channel="acme")
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE lonnymq_message")
@@ -140,7 +140,7 @@ def test_unfiltered_list_uses_the_planner_estimate_not_count(
 
 
 def test_filtered_count_stops_at_the_cap(admin_client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(lq_admin, "COUNT_CAP", 5)
+    monkeypatch.setattr(admin_common, "COUNT_CAP", 5)
     api.enqueue_many(QUEUE, [{"n": n} for n in range(12)], channel="acme")
     with CaptureQueriesContext(connection) as queries:
         response = admin_client.get(MESSAGES, {"state": "ready"})

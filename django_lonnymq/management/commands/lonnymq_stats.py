@@ -17,9 +17,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from django_lonnymq.conf import settings
-from django_lonnymq.management.commands.run_queue_worker import check_database, duration
-from django_lonnymq.models import QueueSample
-from django_lonnymq.views import (
+from django_lonnymq.figures import (
     RATE_WINDOW,
     format_age,
     format_rate,
@@ -27,6 +25,8 @@ from django_lonnymq.views import (
     net_drain_per_minute,
     throughput,
 )
+from django_lonnymq.management.commands.run_queue_worker import check_database, duration
+from django_lonnymq.models import QueueSample
 
 COLUMNS = [
     ("queue", "QUEUE"),

@@ -1,5 +1,5 @@
-"""The worker list in the admin (read-only; rows are written by the workers' heartbeats), and
-the link from a message's ``leased_by`` to its worker.
+"""The worker pages (read-only; rows are written by the workers' heartbeats). A message's
+``leased_by`` links here (:func:`.common.leased_by_link`).
 
 A worker's state is judged on the database's clock: ``stopped`` (graceful shutdown),
 ``lost`` (silent longer than ``LONNYMQ_WORKER_LOST_AFTER``) or ``live``.
@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.contrib.admin.utils import quote
 from django.db.models import F, QuerySet
 from django.db.models.expressions import Combinable
 from django.http import HttpRequest
@@ -18,8 +17,8 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.http import urlencode
 
-from .models import Message, Worker
-from .workers import with_state
+from ..models import Worker
+from ..workers import with_state
 
 STATES = (("live", "live"), ("lost", "lost"), ("stopped", "stopped"))
 
@@ -107,11 +106,3 @@ class WorkerAdmin(admin.ModelAdmin):
             return 0
         url = reverse("admin:django_lonnymq_message_changelist") + "?" + urlencode({"leased_by": obj.name})
         return format_html('<a href="{}">{}</a>', url, count)
-
-
-def leased_by_link(obj: Message) -> str:
-    """A message's ``leased_by`` as a link to its worker's page."""
-    if not obj.leased_by:
-        return "-"
-    url = reverse("admin:django_lonnymq_worker_change", args=[quote(obj.leased_by)])
-    return format_html('<a href="{}">{}</a>', url, obj.leased_by)

@@ -1,4 +1,4 @@
-"""Periodic schedules in the admin: list with next and last tick, pause and resume, edit the
+"""The schedule pages: list with next and last tick, pause and resume, edit the
 timing or the payload, add schedules that live only in the database (one per tenant, say).
 
 Timing changes recompute the next tick at once, so a running worker picks them up at its
@@ -21,17 +21,12 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.http import urlencode
 
-from . import arguments, schedules
-from .exceptions import InvalidArgument
-from .models import Schedule
+from .. import arguments, schedules
+from ..exceptions import InvalidArgument
+from ..models import Schedule
+from .common import ms_to_datetime
 
 TIMING_FIELDS = ("cron", "every_ms", "timezone")
-
-
-def _ms_to_datetime(ms: int | None) -> datetime | None:
-    from .admin import ms_to_datetime
-
-    return ms_to_datetime(ms)
 
 
 class ScheduleForm(forms.ModelForm):
@@ -137,11 +132,11 @@ class ScheduleAdmin(admin.ModelAdmin):
     def next_tick(self, obj: Schedule) -> datetime | str | None:
         if not obj.enabled:
             return "paused"
-        return _ms_to_datetime(obj.next_tick_at)
+        return ms_to_datetime(obj.next_tick_at)
 
     @admin.display(description="last tick", ordering="last_tick_at")
     def last_tick(self, obj: Schedule) -> datetime | None:
-        return _ms_to_datetime(obj.last_tick_at)
+        return ms_to_datetime(obj.last_tick_at)
 
     @admin.display(description="last message")
     def last_message(self, obj: Schedule) -> str:

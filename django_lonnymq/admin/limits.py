@@ -1,7 +1,7 @@
-"""Queue-wide limits in the admin, and the rate field every limits form shares.
+"""The queue-limits pages (a queue-wide concurrency cap and rate).
 
-Rates are edited in human units ("100 / min, burst 20"); every write goes through
-:func:`django_lonnymq.api.configure_queue` (or ``configure_channel``), never an ORM save.
+Rates are edited in human units ("100 / min, burst 20", :class:`.common.RateField`); every
+write goes through :func:`django_lonnymq.api.configure_queue`, never an ORM save.
 """
 
 from __future__ import annotations
@@ -14,45 +14,9 @@ from django.db import router
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from . import api
-from .exceptions import InvalidArgument
-from .models import QueueConfig
-from .rates import Rate
-
-RATE_HELP = 'N per period, with an optional burst: "100 / min, burst 20", "10 / s", "5 / 2 h". Empty: none.'
-
-
-class RateField(forms.CharField):
-    """A token bucket as text; cleans to a :class:`Rate` or None."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("required", False)
-        kwargs.setdefault("help_text", RATE_HELP)
-        kwargs.setdefault("max_length", 100)
-        super().__init__(**kwargs)
-
-    def prepare_value(self, value: Any) -> Any:
-        return str(value) if isinstance(value, Rate) else value
-
-    def has_changed(self, initial: Any, data: Any) -> bool:
-        try:
-            return self.clean(data) != (Rate.of(initial) if initial else None)
-        except (forms.ValidationError, InvalidArgument):
-            return True
-
-    def clean(self, value: Any) -> Rate | None:
-        text = super().clean(value)
-        if not text or not text.strip():
-            return None
-        try:
-            return Rate.parse(text)
-        except InvalidArgument as exc:
-            raise forms.ValidationError(str(exc)) from None
-
-
-def rate_text(count: int | None, period_ms: int | None, burst: int | None) -> str:
-    rate = Rate.from_ms(count, period_ms, burst)
-    return str(rate) if rate else "-"
+from .. import api
+from ..models import QueueConfig
+from .common import RateField, ms_to_datetime, rate_text
 
 
 class QueueConfigForm(forms.ModelForm):
@@ -107,8 +71,6 @@ class QueueConfigAdmin(admin.ModelAdmin):
 
     @admin.display(description="next token")
     def next_token(self, obj: QueueConfig) -> Any:
-        from .admin import ms_to_datetime
-
         return ms_to_datetime(obj.next_token_at) or "-"
 
     def get_readonly_fields(self, request: HttpRequest, obj: QueueConfig | None = None) -> Any:

@@ -1,4 +1,4 @@
-"""Topics in the admin: subscriptions (editable: they are configuration, not queue state) and
+"""The topic pages: subscriptions (editable: they are configuration, not queue state) and
 the unrouted-event counters (read only)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from .models import Subscription, Unrouted
+from ..models import Subscription, Unrouted
 
 
 @admin.register(Subscription)

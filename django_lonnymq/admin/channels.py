@@ -1,0 +1,403 @@
+"""The channel pages: the list with each channel's counts and editable limits, the add and
+change pages, pause, resume, purge and delete; and the dashboard's URL (the view is
+:mod:`.dashboard`).
+
+Every write goes through :mod:`django_lonnymq.api` (one SQL function call each), never an
+ORM ``save()``/``update()``/``delete()`` of the queue's tables: the functions keep the
+scheduler's invariants.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
+from django.db import router
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+from django.utils.http import urlencode
+
+from .. import api, db
+from ..conf import settings
+from ..models import Channel, Message
+from . import dashboard
+from .common import COUNT_CAP, RateField, count_text, has_perm, ms_to_datetime, rate_text
+
+# Where a channel instance carries its counts on the changelist and change pages.
+COUNTS_ATTR = "lq_counts"
+
+
+def _waiting(channel: Channel, n: int | None) -> str:
+    """A count of waiting messages; a paused channel's are paused, not ready or scheduled."""
+    return f"paused ({count_text(n)})" if channel.paused and n else count_text(n)
+
+
+@dataclass(frozen=True)
+class ChannelCounts:
+    ready: int
+    scheduled: int
+    in_flight: int
+
+
+def channel_counts(ids: list[int], using: str) -> dict[int, ChannelCounts]:
+    """Counts of a page of channels in one query: ready and scheduled exact up to COUNT_CAP
+    (bounded ranges of the ready index), in flight from the lease index (see the SQL)."""
+    if not ids:
+        return {}
+    rows = db.rows("channel_counts", {"ids": ids, "cap": COUNT_CAP}, using=using)
+    return {row[0]: ChannelCounts(*row[1:]) for row in rows}
+
+
+# ---------------------------------------------------------------------------------------
+# Channels
+# ---------------------------------------------------------------------------------------
+
+
+class ChannelChangeList(ChangeList):
+    """Fetches the counts of the page's channels in one grouped query, after pagination.
+
+    The page's instances are the ones the template and the list-editable formset render (the
+    page queryset's result cache), so the counts ride on them.
+    """
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        rows = list(self.result_list)
+        counts = channel_counts([row.pk for row in rows], self.result_list.db)
+        for row in rows:
+            setattr(row, COUNTS_ATTR, counts.get(row.pk))
+
+
+MAX_RELEASE_INTERVAL_MS = 365 * 86_400_000
+
+
+class ChannelForm(forms.ModelForm):
+    """Add and change pages; the limits are then saved through ``api.configure_channel``."""
+
+    rate = RateField()
+
+    class Meta:
+        model = Channel
+        fields = ["queue", "name", "max_concurrency", "release_interval_ms", "paused", "weight"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None and "rate" in self.fields:
+            self.initial["rate"] = self.instance.rate
+        if "weight" in self.fields:
+            self.fields["weight"].required = False
+
+    def clean_weight(self) -> int:
+        value = self.cleaned_data["weight"]
+        if value is None:  # left out: unchanged (1 for a new channel)
+            return self.instance.weight or 1
+        if not 1 <= value <= 1000:
+            raise forms.ValidationError("Weight must be between 1 and 1000.")
+        return value
+
+    def clean_release_interval_ms(self) -> int:
+        value = self.cleaned_data["release_interval_ms"]
+        if value is not None and value > MAX_RELEASE_INTERVAL_MS:
+            raise forms.ValidationError(
+                f"Release interval must be at most a year ({MAX_RELEASE_INTERVAL_MS} ms)."
+            )
+        return value
+
+
+class ChannelListForm(ChannelForm):
+    """The limits edited in the list: same rules, narrow inputs."""
+
+    rate = None  # type: ignore[assignment]  # edited on the change page
+
+    class Meta(ChannelForm.Meta):
+        fields = ["max_concurrency", "release_interval_ms", "weight"]
+        widgets = {
+            "max_concurrency": forms.NumberInput(attrs={"style": "width: 6em", "min": 1}),
+            "release_interval_ms": forms.NumberInput(attrs={"style": "width: 8em", "min": 0}),
+            "weight": forms.NumberInput(attrs={"style": "width: 5em", "min": 1, "max": 1000}),
+        }
+
+
+@admin.register(Channel)
+class ChannelAdmin(admin.ModelAdmin):
+    form = ChannelForm
+    list_display = (
+        "queue",
+        "name",
+        "max_concurrency",
+        "release_interval_ms",
+        "weight",
+        "rate_display",
+        "paused",
+        "in_flight_count",
+        "ready_count",
+        "scheduled_count",
+        "next_release",
+        "last_release",
+        "links",
+    )
+    list_display_links = ("name",)
+    list_editable = ("max_concurrency", "release_interval_ms", "weight")
+    list_filter = ("queue", "paused")
+    search_fields = ("name",)
+    list_per_page = 50
+    actions = ("pause", "resume", "purge_messages")
+    readonly_fields = (
+        "in_flight_count",
+        "slots_taken",
+        "ready_count",
+        "scheduled_count",
+        "next_release",
+        "last_release",
+        "created_at",
+        "links",
+    )
+
+    # -- counts ---------------------------------------------------------------------------
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return ChannelChangeList
+
+    def get_changelist_form(self, request: HttpRequest, **kwargs: Any) -> type[forms.ModelForm]:
+        return super().get_changelist_form(request, form=ChannelListForm, **kwargs)
+
+    def _counts(self, obj: Channel) -> ChannelCounts | None:
+        if not hasattr(obj, COUNTS_ATTR):  # the change page: one channel
+            setattr(
+                obj, COUNTS_ATTR, channel_counts([obj.pk], obj._state.db or settings.DATABASE).get(obj.pk)
+            )
+        counts: ChannelCounts | None = getattr(obj, COUNTS_ATTR)
+        return counts
+
+    @admin.display(description="in flight")
+    def in_flight_count(self, obj: Channel) -> str:
+        counts = self._counts(obj)
+        if counts is None:
+            return "-"
+        if obj.max_concurrency is not None:
+            return f"{counts.in_flight:,} / {obj.max_concurrency:,}"
+        return f"{counts.in_flight:,}"
+
+    @admin.display(description="rate")
+    def rate_display(self, obj: Channel) -> str:
+        return rate_text(obj.rate_count, obj.rate_period_ms, obj.rate_burst)
+
+    @admin.display(description="slots taken")
+    def slots_taken(self, obj: Channel) -> str:
+        return f"{obj.in_flight:,}" if obj.max_concurrency is not None else "- (no limit)"
+
+    @admin.display(description="ready")
+    def ready_count(self, obj: Channel) -> str:
+        counts = self._counts(obj)
+        return _waiting(obj, counts.ready if counts else None)
+
+    @admin.display(description="scheduled")
+    def scheduled_count(self, obj: Channel) -> str:
+        counts = self._counts(obj)
+        return _waiting(obj, counts.scheduled if counts else None)
+
+    @admin.display(description="next release", ordering="next_dequeue_at")
+    def next_release(self, obj: Channel) -> datetime | None:
+        return ms_to_datetime(obj.next_dequeue_at)
+
+    @admin.display(description="last release", ordering="last_dequeue_at")
+    def last_release(self, obj: Channel) -> datetime | None:
+        return ms_to_datetime(obj.last_dequeue_at)
+
+    @admin.display(description="")
+    def links(self, obj: Channel) -> str:
+        messages_url = (
+            reverse("admin:django_lonnymq_message_changelist") + "?" + urlencode({"channel": obj.pk})
+        )
+        dead_url = (
+            reverse("admin:django_lonnymq_deadmessage_changelist")
+            + "?"
+            + urlencode({"queue": obj.queue, "channel_name": obj.name})
+        )
+        return format_html('<a href="{}">messages</a> · <a href="{}">dead</a>', messages_url, dead_url)
+
+    # -- forms: add and change go through configure_channel ----------------------------------
+
+    def get_fieldsets(self, request: HttpRequest, obj: Channel | None = None) -> Any:
+        limits = ("max_concurrency", "release_interval_ms", "weight", "rate", "paused")
+        if obj is None:
+            return [(None, {"fields": ("queue", "name", *limits)})]
+        return [
+            (None, {"fields": ("queue", "name", "links")}),
+            ("Limits", {"fields": limits, "description": "Changes take effect on the next dequeue."}),
+            (
+                "Now",
+                {
+                    "fields": (
+                        "in_flight_count",
+                        "slots_taken",
+                        "ready_count",
+                        "scheduled_count",
+                        "next_release",
+                        "last_release",
+                        "created_at",
+                    )
+                },
+            ),
+        ]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Channel | None = None) -> Any:
+        if obj is None:
+            return ()
+        # A channel is named by (queue, name) everywhere: renaming it is not an operation.
+        return ("queue", "name", *self.readonly_fields)
+
+    def save_model(self, request: HttpRequest, obj: Channel, form: forms.ModelForm, change: bool) -> None:
+        """Create or reconfigure through ``api.configure_channel``; only changed limits are
+        passed, so a concurrent change of another limit (or a pause) is not overwritten."""
+        fields = (
+            set(form.changed_data)
+            if change
+            else {"max_concurrency", "release_interval_ms", "paused", "weight", "rate"}
+        )
+        changes: dict[str, Any] = {}
+        if "max_concurrency" in fields:
+            changes["max_concurrency"] = obj.max_concurrency
+        if "release_interval_ms" in fields:
+            changes["release_interval"] = timedelta(milliseconds=obj.release_interval_ms)
+        if "paused" in fields:
+            changes["paused"] = obj.paused
+        if "weight" in fields:
+            changes["weight"] = obj.weight
+        if "rate" in fields and "rate" in form.cleaned_data:
+            changes["rate"] = form.cleaned_data["rate"]
+        if change and not changes:
+            return
+        using = router.db_for_write(Channel)
+        obj.pk = api.configure_channel(obj.queue, obj.name, using=using, **changes)
+        obj.refresh_from_db(using=using)
+        obj._state.adding = False
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        pass  # a channel has no related objects to save, and form.save_m2m() would save nothing
+
+    # -- delete: only empty channels, through the SQL function -----------------------------------
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)  # a bulk ORM delete would skip the emptiness check
+        return actions
+
+    def get_deleted_objects(
+        self, objs: Any, request: HttpRequest
+    ) -> tuple[list[Any], dict[str, int], set[str], list[Any]]:
+        to_delete, protected = [], []
+        for channel in objs:
+            to_delete.append(str(channel))
+            if self._has_messages(channel):
+                protected.append(f"messages of {channel} (purge them, or wait until they are done)")
+        perms_needed: set[str] = set()
+        if not self.has_delete_permission(request):
+            perms_needed.add(str(Channel._meta.verbose_name))
+        return to_delete, {str(Channel._meta.verbose_name_plural): len(to_delete)}, perms_needed, protected
+
+    @staticmethod
+    def _has_messages(channel: Channel) -> bool:
+        # Two probes, one per partial index; "channel_id = x" alone has no index to use.
+        messages_of = Message.objects.using(channel._state.db).filter(channel_id=channel.pk)
+        return (
+            messages_of.filter(lease_until__isnull=True).exists()
+            or messages_of.filter(lease_until__isnull=False).exists()
+        )
+
+    def delete_model(self, request: HttpRequest, obj: Channel) -> None:
+        outcome = api.delete_channel(obj.pk, using=obj._state.db or router.db_for_write(Channel))
+        if outcome not in ("deleted", "missing"):
+            # The delete view runs in a transaction: raising rolls back its log entry too.
+            raise PermissionDenied(f"channel {obj} was not deleted: {outcome.replace('_', ' ')}")
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Channel]) -> None:
+        for channel in queryset:
+            self.delete_model(request, channel)
+
+    # -- actions -------------------------------------------------------------------------------
+
+    def has_purge_permission(self, request: HttpRequest) -> bool:
+        return self.has_change_permission(request) and has_perm(request, Message, "delete")
+
+    def _set_paused(self, request: HttpRequest, queryset: QuerySet[Channel], paused: bool) -> None:
+        using = router.db_for_write(Channel)
+        done = 0
+        for channel in queryset.order_by("pk"):
+            api.configure_channel(channel.queue, channel.name, paused=paused, using=using)
+            self.log_change(request, channel, "Paused" if paused else "Resumed")
+            done += 1
+        verb = "Paused" if paused else "Resumed"
+        self.message_user(request, f"{verb} {done} channel{'s' if done != 1 else ''}.", messages.SUCCESS)
+
+    @admin.action(
+        description="Pause selected channels (release nothing; running work finishes)", permissions=["change"]
+    )
+    def pause(self, request: HttpRequest, queryset: QuerySet[Channel]) -> None:
+        self._set_paused(request, queryset, True)
+
+    @admin.action(description="Resume selected channels", permissions=["change"])
+    def resume(self, request: HttpRequest, queryset: QuerySet[Channel]) -> None:
+        self._set_paused(request, queryset, False)
+
+    @admin.action(description="Purge waiting messages of selected channels…", permissions=["purge"])
+    def purge_messages(self, request: HttpRequest, queryset: QuerySet[Channel]) -> HttpResponse | None:
+        """Deletes every ready and scheduled message (not those in flight) after a confirmation page."""
+        channels = list(queryset.order_by("queue", "name"))
+        using = router.db_for_write(Channel)
+        if request.POST.get("post") == "yes":
+            purged = 0
+            for channel in channels:
+                n = api.purge_channel(channel.pk, using=using)
+                self.log_change(request, channel, f"Purged {n} waiting messages")
+                purged += n
+            self.message_user(
+                request,
+                f"Purged {purged:,} waiting messages from {len(channels)} channels.",
+                messages.SUCCESS,
+            )
+            return None
+        counts = channel_counts([c.pk for c in channels], using)
+        rows = []
+        for channel in channels:
+            c = counts.get(channel.pk)
+            rows.append(
+                (
+                    channel,
+                    *(count_text(getattr(c, f) if c else None) for f in ("ready", "scheduled", "in_flight")),
+                )
+            )
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Purge waiting messages?",
+            "subtitle": None,
+            "rows": rows,
+            "queryset": queryset,
+            "opts": self.opts,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "action_name": "purge_messages",
+            "media": self.media,
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/django_lonnymq/channel/purge_confirmation.html", context)
+
+    # -- the dashboard ---------------------------------------------------------------------------
+
+    def get_urls(self) -> list[Any]:
+        name = f"{self.opts.app_label}_{self.opts.model_name}_dashboard"
+        return [
+            path("dashboard/", self.admin_site.admin_view(self.dashboard_view), name=name),
+            *super().get_urls(),
+        ]
+
+    def dashboard_view(self, request: HttpRequest) -> HttpResponse:
+        return dashboard.view(self, request)

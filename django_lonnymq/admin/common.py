@@ -1,0 +1,247 @@
+"""What the admin's pages share: times, counts, permission checks, batches of ids, the rate
+field, the queue filter and the read-only base of the message lists.
+
+Imports no page module (and not the package): every page imports this one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.contrib.admin.utils import quote
+from django.core.paginator import Paginator
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.functional import cached_property
+from django.utils.html import format_html
+
+from .. import db
+from ..exceptions import InvalidArgument
+from ..models import Channel, Message
+from ..rates import Rate
+from ..urlparams import an_id, storable
+
+# Ready and scheduled counts of a channel stop at this many (shown as "10,000+"), and so do
+# filtered counts of the message and dead-letter lists.
+COUNT_CAP = 10_000
+# Ids per SQL call when an action runs over many rows ("select all").
+ACTION_BATCH = 1_000
+# Most channels listed in the message list's channel filter.
+CHANNEL_FILTER_LIMIT = 100
+
+
+def ms_to_datetime(ms: int | None) -> datetime | None:
+    """Queue time (ms since the epoch) as an aware datetime."""
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def count_text(n: int | None) -> str:
+    """A count as shown: "-" when unknown, "10,000+" at the cap."""
+    if n is None:
+        return "-"
+    return f"{COUNT_CAP:,}+" if n >= COUNT_CAP else f"{n:,}"
+
+
+def excerpt(text: str | None, length: int = 80) -> str:
+    """The last line of a traceback, cut to ``length``."""
+    if not text:
+        return ""
+    line = text.strip().splitlines()[-1] if text.strip() else ""
+    return line if len(line) <= length else line[: length - 1] + "…"
+
+
+def has_perm(request: HttpRequest, model: type[Any], action: str) -> bool:
+    return request.user.has_perm(f"{model._meta.app_label}.{action}_{model._meta.model_name}")
+
+
+def batches(queryset: QuerySet[Any], size: int = ACTION_BATCH) -> Iterator[list[int]]:
+    """The queryset's ids in lists of ``size``, in id order."""
+    batch: list[int] = []
+    for pk in queryset.order_by("pk").values_list("pk", flat=True).iterator(chunk_size=size):
+        batch.append(pk)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def run_in_batches(queryset: QuerySet[Any], call: Callable[[list[int]], Iterable[int]]) -> int:
+    """Calls ``call`` once per batch of ids; how many ids the calls returned in all."""
+    return sum(len(list(call(ids))) for ids in batches(queryset))
+
+
+def leased_by_link(obj: Message) -> str:
+    """A message's ``leased_by`` as a link to its worker's page."""
+    if not obj.leased_by:
+        return "-"
+    url = reverse("admin:django_lonnymq_worker_change", args=[quote(obj.leased_by)])
+    return format_html('<a href="{}">{}</a>', url, obj.leased_by)
+
+
+# ---------------------------------------------------------------------------------------
+# Rates (the channel and the queue-limits forms)
+# ---------------------------------------------------------------------------------------
+
+RATE_HELP = 'N per period, with an optional burst: "100 / min, burst 20", "10 / s", "5 / 2 h". Empty: none.'
+
+
+class RateField(forms.CharField):
+    """A token bucket as text; cleans to a :class:`Rate` or None."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("help_text", RATE_HELP)
+        kwargs.setdefault("max_length", 100)
+        super().__init__(**kwargs)
+
+    def prepare_value(self, value: Any) -> Any:
+        return str(value) if isinstance(value, Rate) else value
+
+    def has_changed(self, initial: Any, data: Any) -> bool:
+        try:
+            return self.clean(data) != (Rate.of(initial) if initial else None)
+        except (forms.ValidationError, InvalidArgument):
+            return True
+
+    def clean(self, value: Any) -> Rate | None:
+        text = super().clean(value)
+        if not text or not text.strip():
+            return None
+        try:
+            return Rate.parse(text)
+        except InvalidArgument as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
+def rate_text(count: int | None, period_ms: int | None, burst: int | None) -> str:
+    rate = Rate.from_ms(count, period_ms, burst)
+    return str(rate) if rate else "-"
+
+
+# ---------------------------------------------------------------------------------------
+# Counting without COUNT(*) over a million rows
+# ---------------------------------------------------------------------------------------
+
+
+class EstimatedCountPaginator(Paginator):
+    """A paginator whose count never scans a large table.
+
+    Unfiltered list: the planner's row estimate (``pg_class.reltuples``) once it exceeds
+    ``COUNT_CAP`` (``count_is_estimate``). Filtered list, or a small table: an exact count of at
+    most ``COUNT_CAP`` + 1 rows (a ``LIMIT`` subquery); beyond that ``count_is_capped`` is set and
+    the list shows the first ``COUNT_CAP`` matches.
+    """
+
+    count_is_estimate = False
+    count_is_capped = False
+
+    @cached_property
+    def count(self) -> int:
+        queryset: QuerySet[Any] = self.object_list  # type: ignore[assignment]
+        if not queryset.query.where:
+            estimate = db.value("estimated_rows", {"table": queryset.model._meta.db_table}, using=queryset.db)
+            if estimate is not None and estimate > COUNT_CAP:
+                self.count_is_estimate = True
+                return int(estimate)
+        exact = queryset.order_by()[: COUNT_CAP + 1].count()
+        if exact > COUNT_CAP:
+            self.count_is_capped = True
+            return COUNT_CAP
+        return exact
+
+
+# ---------------------------------------------------------------------------------------
+# The message lists: their queue filter and read-only base
+# ---------------------------------------------------------------------------------------
+
+
+def queues() -> list[str]:
+    return list(Channel.objects.order_by("queue").values_list("queue", flat=True).distinct())
+
+
+def in_channels(queryset: QuerySet[Message], channel_ids: list[int]) -> QuerySet[Message]:
+    """Messages of these channels, written so the planner can use the two partial indexes.
+
+    No index covers ``channel_id`` for every message: the ready index has the messages at
+    rest, the lease index those in flight. Splitting the condition on ``lease_until`` lets the
+    planner OR two index scans instead of scanning the table (measured on 1M messages: a
+    3-message channel's page in 1.5 ms instead of 840 ms).
+    """
+    return queryset.filter(
+        Q(channel_id__in=channel_ids, lease_until__isnull=True)
+        | Q(channel_id__in=channel_ids, lease_until__isnull=False)
+    )
+
+
+class QueueFilter(admin.SimpleListFilter):
+    title = "queue"
+    parameter_name = "queue"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(queue, queue) for queue in queues()]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if not value:
+            return queryset
+        if storable(value) is None:
+            return queryset.none()
+        ids = list(Channel.objects.using(queryset.db).filter(queue=value).values_list("id", flat=True))
+        return in_channels(queryset, ids)
+
+
+class ReadOnlyQueueAdmin(admin.ModelAdmin):
+    """Lists and detail pages only: no add, no ORM change or delete; writes are actions."""
+
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    list_per_page = 100
+    search_help_text = "A message id."
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # The change permission enables the actions on the list; a detail page is read-only.
+        return obj is None and super().has_change_permission(request)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # removal goes through the actions (SQL functions), never an ORM delete
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet[Any], search_term: str) -> Any:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        message_id = an_id(term)
+        if message_id is not None:
+            return queryset.filter(pk=message_id), False
+        return queryset.none(), False
+
+    def get_search_fields(self, request: HttpRequest) -> tuple[str, ...]:
+        return ("id",)  # shows the search box; get_search_results does the (indexed) lookup
+
+    @admin.display(description="attempts")
+    def attempts_display(self, obj: Any) -> str:
+        return f"{obj.attempts} / {obj.max_attempts}"
+
+    @admin.display(description="last error")
+    def error_excerpt(self, obj: Any) -> str:
+        return excerpt(obj.last_error)
+
+    @admin.display(description="payload")
+    def payload_pretty(self, obj: Any) -> str:
+        return format_html(
+            "<pre>{}</pre>", json.dumps(obj.payload, indent=2, sort_keys=True, ensure_ascii=False)
+        )
+
+    @admin.display(description="last error")
+    def last_error_full(self, obj: Any) -> str:
+        return format_html("<pre>{}</pre>", obj.last_error) if obj.last_error else "-"

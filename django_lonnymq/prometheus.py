@@ -1,0 +1,100 @@
+"""The Prometheus view: every queue's gauges and release counter, from what the database
+holds (one scrape from any web process answers for every queue). Needs the ``metrics`` extra
+(prometheus-client). Route it in your URLs (docs/admin.md, "Prometheus metrics").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+
+from . import db
+from .conf import lost_after
+from .models import QueueSample
+
+
+class QueueCollector:
+    """A prometheus-client collector of every queue's live figures (one SQL call per scrape)."""
+
+    GAUGES = [
+        ("lonnymq_ready_messages", "Messages ready to be released now (paused channels apart).", "ready"),
+        (
+            "lonnymq_scheduled_messages",
+            "Messages waiting for a future run time or a retry backoff.",
+            "scheduled",
+        ),
+        (
+            "lonnymq_paused_messages",
+            "Messages waiting in paused channels (not ready, not scheduled).",
+            "paused",
+        ),
+        ("lonnymq_in_flight_messages", "Messages leased by a worker.", "in_flight"),
+        ("lonnymq_dead_messages", "Messages in the dead-letter table.", "dead"),
+        ("lonnymq_channels", "Channels (tenants) of the queue.", "channels"),
+        ("lonnymq_paused_channels", "Paused channels of the queue.", "paused_channels"),
+    ]
+
+    def __init__(self, using: str | None = None):
+        self.using = using
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        samples = QueueSample.live(using=self.using)
+        for name, documentation, attr in self.GAUGES:
+            gauge = GaugeMetricFamily(name, documentation, labels=["queue"])
+            for sample in samples:
+                gauge.add_metric([sample.queue], getattr(sample, attr))
+            yield gauge
+        age = GaugeMetricFamily(
+            "lonnymq_oldest_ready_age_seconds",
+            "How long the most overdue ready message has been due (0 when none is ready; paused "
+            "channels do not count).",
+            labels=["queue"],
+        )
+        for sample in samples:
+            age.add_metric([sample.queue], sample.oldest_ready_seconds or 0.0)
+        yield age
+        live = _live_workers(self.using)
+        workers = GaugeMetricFamily(
+            "lonnymq_live_workers",
+            "Live workers serving the queue (not stopped, heard from within LONNYMQ_WORKER_LOST_AFTER).",
+            labels=["queue"],
+        )
+        for queue in sorted({sample.queue for sample in samples} | set(live)):
+            workers.add_metric([queue], live.get(queue, 0))
+        yield workers
+        # Exposed as lonnymq_released_total. The sum falls when a channel is deleted, which
+        # Prometheus reads as a counter reset (see docs/admin.md).
+        released = CounterMetricFamily(
+            "lonnymq_released_total",
+            "Messages released (leased) to workers, ever: once per delivery, so a retried "
+            "message counts once per attempt.",
+            labels=["queue"],
+        )
+        for sample in samples:
+            released.add_metric([sample.queue], sample.released_total)
+        yield released
+
+
+def _live_workers(using: str | None) -> dict[str, int]:
+    """Live workers per queue they serve, from the workers' rows (docs/admin.md, Workers)."""
+    rows = db.rows("live_workers", {"lost_after_s": lost_after().total_seconds()}, using=using)
+    return {queue: int(n) for queue, n in rows}
+
+
+def metrics(request: HttpRequest) -> HttpResponse:
+    """Prometheus exposition of every queue's gauges and release counter. Needs the ``metrics`` extra
+    (prometheus-client); protect the URL as you protect your other metrics endpoints."""
+    try:
+        from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+    except ImportError:
+        return HttpResponse(
+            "prometheus-client is not installed: pip install 'django-lonnymq[metrics]'\n",
+            status=501,
+            content_type="text/plain; charset=utf-8",
+        )
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(QueueCollector())
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
