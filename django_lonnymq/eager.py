@@ -6,16 +6,25 @@ connection through the real dequeue, ack and fail functions, so retries, backoff
 and dead letters behave as with a worker; only the waiting is left out (a retry runs again at
 once, a scheduled message runs at once).
 
-When it runs: when the enqueuing transaction commits (``transaction.on_commit``); at once
-when there is no transaction; and at once inside a Django ``TestCase``, whose transaction
-never commits (its atomic blocks are the test's own), so the handler's effects are visible
-as soon as the enqueuing code returns and a rolled-back ``atomic()`` inside the test runs
-nothing.
+When it runs, as it would at a real commit:
+
+- outside any transaction: at once;
+- inside ``transaction.atomic()`` with real transactions: when the transaction commits
+  (``transaction.on_commit``), in registration order with the project's own callbacks;
+- inside a Django ``TestCase``, whose transaction never commits: at once when the code runs
+  in no ``atomic()`` block of its own, and otherwise when the outermost ``atomic()`` block of
+  the code under test exits without error, which is where production would commit. A block
+  that rolls back (or a savepoint rolled back by an exception caught inside the outer block)
+  runs nothing. Those runs come before the project's own ``on_commit`` callbacks, which a
+  ``TestCase`` only runs under ``captureOnCommitCallbacks(execute=True)``; eager mode takes
+  its own callbacks off the list when it runs them, so ``captureOnCommitCallbacks`` shows only
+  the project's.
 """
 
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import logging
 from collections.abc import Iterator, Sequence
@@ -25,9 +34,8 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from django.db import connections, transaction
 
-from . import sql
+from . import db
 from .conf import settings
-from .exceptions import Discard, Retry, sql_errors
 from .message import Message
 
 logger = logging.getLogger("django_lonnymq.eager")
@@ -56,10 +64,68 @@ def after_enqueue(queue: str, ids: Sequence[int], alias: str) -> None:
     conn = connections[alias]
     if not ids:
         return
-    if not conn.in_atomic_block or all(getattr(a, "_from_testcase", False) for a in conn.atomic_blocks):
+    if not conn.in_atomic_block:
         run(queue, list(ids), alias)
-    else:
-        transaction.on_commit(lambda: run(queue, list(ids), alias), using=alias)
+        return
+    in_testcase = [_from_testcase(block) for block in conn.atomic_blocks]
+    if all(in_testcase):
+        run(queue, list(ids), alias)
+        return
+    deliver = functools.partial(run, queue, list(ids), alias)
+    if any(in_testcase):
+        # The test's transaction never commits: run at the exit of the code's outermost block.
+        deliver.lonnymq_eager = True  # type: ignore[attr-defined]
+        _watch_block_exits()
+    transaction.on_commit(deliver, using=alias)
+
+
+def _from_testcase(block: Any) -> bool:
+    return bool(getattr(block, "_from_testcase", False))
+
+
+_plain_exit: Any = None
+
+
+def _watch_block_exits() -> None:
+    """Make ``atomic()`` blocks run eager deliveries when the outermost block of the code under
+    test exits inside a ``TestCase`` (once per process; other blocks pay one attribute check).
+
+    Django drops the ``on_commit`` callbacks of a savepoint that rolls back, so what is left
+    of ours at that exit is exactly what a real commit would have run.
+    """
+    global _plain_exit
+    if _plain_exit is not None:
+        return
+    _plain_exit = transaction.Atomic.__exit__
+
+    def exit_then_deliver(block: Any, exc_type: Any, exc_value: Any, traceback: Any) -> Any:
+        conn = transaction.get_connection(block.using)
+        blocks = conn.atomic_blocks
+        outermost = (
+            len(blocks) >= 2
+            and blocks[-1] is block
+            and not _from_testcase(block)
+            and all(_from_testcase(b) for b in blocks[:-1])
+        )
+        result = _plain_exit(block, exc_type, exc_value, traceback)
+        if outermost:
+            _run_pending(conn, succeeded=exc_type is None and not conn.needs_rollback)
+        return result
+
+    transaction.Atomic.__exit__ = exit_then_deliver  # type: ignore[method-assign]
+
+
+def _run_pending(conn: Any, *, succeeded: bool) -> None:
+    """Take eager deliveries off the connection's ``on_commit`` list and run them in order
+    (``succeeded=False``: the block failed; a savepoint-less block's are dropped here)."""
+    pending = [entry for entry in conn.run_on_commit if getattr(entry[1], "lonnymq_eager", False)]
+    if not pending:
+        return
+    conn.run_on_commit = [
+        entry for entry in conn.run_on_commit if not getattr(entry[1], "lonnymq_eager", False)
+    ]
+    for _, deliver, *_rest in pending if succeeded else ():
+        deliver()
 
 
 def run(queue: str, ids: list[int], alias: str) -> None:
@@ -68,79 +134,47 @@ def run(queue: str, ids: list[int], alias: str) -> None:
 
     autodiscover()
     handle = get_handler(queue)
-    conn = connections[alias]
     waiting = set(ids)
     empty = 0
     while waiting and empty < _EMPTY_TRIES:
-        _call(conn, "run_now", {"ids": sorted(waiting), "tolerance_ms": settings.ms("WAKE_TOLERANCE")})
-        rows = _rows(conn, "dequeue", {"queue": queue, "batch_size": 100, "lease_ms": settings.ms("LEASE"),
-                                       "worker": "eager", "tolerance_ms": settings.ms("WAKE_TOLERANCE")})  # fmt: skip
+        db.value(
+            "run_now", {"ids": sorted(waiting), "tolerance_ms": settings.ms("WAKE_TOLERANCE")}, using=alias
+        )
+        rows = db.rows("dequeue", {"queue": queue, "batch_size": 100, "lease_ms": settings.ms("LEASE"),
+                                   "worker": "eager", "tolerance_ms": settings.ms("WAKE_TOLERANCE")}, using=alias)  # fmt: skip
         if not rows:
             empty += 1
             continue
         empty = 0
         for row in rows:
-            if _deliver(conn, handle, queue, row) != "retry":
+            if _deliver(alias, handle, queue, row) != "retry":
                 waiting.discard(row[0])
     if waiting:
         logger.warning("eager mode left message(s) %s of %s undelivered (channel paused or at its cap?)",
                        sorted(waiting), queue)  # fmt: skip
 
 
-def _deliver(conn: Any, handle: Any, queue: str, row: tuple[Any, ...]) -> str:
+def _deliver(alias: str, handle: Any, queue: str, row: tuple[Any, ...]) -> str:
+    """Run a dequeued row's handler as a worker does (``worker/outcomes.py``), on the caller's
+    connection; retries are due at once. The fail call's result ("retry" or "dead"), or "ack"."""
     from .registry import is_async
+    from .worker import outcomes
 
-    msg_id, channel, payload, attempts, max_attempts, priority, dedup_key, enqueued_at, token, lease_until = (
-        row
-    )
-    if isinstance(payload, str):  # Django's connection leaves jsonb as text (JSONField decodes it)
-        payload = json.loads(payload)
-    message = Message(id=msg_id, queue=queue, channel=channel, payload=payload, attempt=attempts,
-                      max_attempts=max_attempts, enqueued_at=enqueued_at, priority=priority,
-                      dedup_key=dedup_key, lease_token=token, lease_until_ms=lease_until)  # fmt: skip
-    error: str | None = None
-    retry_ms: int | None = None
-    discard = False
-    try:
+    message = outcomes.message_from_row(queue, row)
+    if isinstance(message.payload, str):  # Django's connection leaves jsonb as text (JSONField decodes it)
+        message.payload = json.loads(message.payload)
+    call = async_to_sync(handle) if is_async(handle) else handle
+
+    def in_savepoint(message: Message) -> object:
         # A savepoint: a failing handler's writes go, as its failed transaction would.
-        with transaction.atomic(using=conn.alias):
-            if is_async(handle):
-                async_to_sync(handle)(message)
-            else:
-                handle(message)
-    except Retry as request:
-        error, retry_ms = request.reason or "retry requested", 0
-    except Discard as request:
-        error, discard = request.reason, True
-    except Exception as exc:
-        error = f"{type(exc).__name__}: {exc}"
-    if error is None:
-        _call(conn, "ack", {"ids": [msg_id], "tokens": [str(token)]})
+        with transaction.atomic(using=alias):
+            return call(message)
+
+    outcome = outcomes.run(in_savepoint, message)
+    if outcome.action == "ack":
+        db.value("ack", {"ids": [message.id], "tokens": [str(message.lease_token)]}, using=alias)
         return "ack"
-    return str(
-        _call(
-            conn,
-            "fail",
-            {
-                "id": msg_id,
-                "token": str(token),
-                "error": error,
-                "retry_delay_ms": retry_ms,
-                "reason": "discarded" if discard else "failed",
-                "backoff_base_ms": 0,
-                "backoff_max_ms": 0,
-                "tolerance_ms": settings.ms("WAKE_TOLERANCE"),
-            },
-        )  # fmt: skip
+    params = outcomes.fail_params(
+        outcome, backoff_base_ms=0, backoff_max_ms=0, tolerance_ms=settings.ms("WAKE_TOLERANCE"), at_once=True
     )
-
-
-def _rows(conn: Any, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-    with sql_errors(), conn.cursor() as cursor:
-        cursor.execute(sql.query(name), params)
-        return list(cursor.fetchall())
-
-
-def _call(conn: Any, name: str, params: dict[str, Any]) -> Any:
-    found = _rows(conn, name, params)
-    return found[0][0] if found else None
+    return str(db.value("fail", params, using=alias))

@@ -31,17 +31,16 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import psycopg
 from cronsim import CronSim, CronSimError
 
-from . import arguments, bounds, sql
+from . import arguments, bounds, db
 from .bounds import MAX_INTERVAL
 from .conf import settings
-from .exceptions import InvalidArgument, sql_errors
+from .exceptions import InvalidArgument, LonnyMQError, sql_errors
+from .message import tick_of  # noqa: F401 - schedules.tick_of: the tick key lives with the message
 
 logger = logging.getLogger("django_lonnymq.schedules")
 
 F = TypeVar("F")
 
-# The dedup key of a tick's message: the schedule's id and the tick (ms since the epoch).
-TICK_KEY_PREFIX = "lonnymq.periodic:"
 # Schedules claimed per transaction; a full batch makes the worker claim again at once.
 CLAIM_BATCH = 100
 MIN_EVERY = timedelta(seconds=1)
@@ -185,17 +184,6 @@ class Timing:
 @lru_cache(maxsize=1024)
 def _timing(cron: str | None, every_ms: int | None, timezone: str) -> Timing:
     return Timing(cron, every_ms, timezone)
-
-
-def tick_of(dedup_key: str | None) -> datetime | None:
-    """The scheduled time carried by a tick message's dedup key (None for other keys)."""
-    if not dedup_key or not dedup_key.startswith(TICK_KEY_PREFIX):
-        return None
-    try:
-        ms = int(dedup_key.rsplit(":", 1)[1])
-        return datetime.fromtimestamp(ms / 1000, tz=UTC)
-    except (ValueError, OverflowError, OSError):
-        return None
 
 
 # ---------------------------------------------------------------------------------------
@@ -375,14 +363,14 @@ def sync(
     """
     chosen = list(declarations() if found is None else found)
     with sql_errors(), conn.transaction():
-        now_ms = int(conn.execute(sql.query("now_ms")).fetchone()[0])
+        now_ms = int(db.run_value(conn, "now_ms"))
         params = {
             "queues": None if queues is None else list(queues),
             "names": [d.name for d in chosen],
             "declared": [json.dumps(d.declared(), sort_keys=True) for d in chosen],
             "next_tick_ats": [d.timing.next_after(now_ms) for d in chosen],
         }
-        added, changed, removed = conn.execute(sql.query("sync_schedules"), params).fetchone()
+        added, changed, removed = db.run(conn, "sync_schedules", params)[0]
     return SyncResult(int(added), int(changed), int(removed))
 
 
@@ -395,9 +383,7 @@ def tick(conn: Any, queues: Sequence[str], *, now_ms: int | None = None, limit: 
         "tolerance_ms": settings.ms("WAKE_TOLERANCE"),
     }
     with sql_errors(), conn.transaction():
-        rows = conn.execute(
-            sql.query("claim_schedules"), {"queues": list(queues), "now_ms": now_ms, "limit": limit}
-        ).fetchall()
+        rows = db.run(conn, "claim_schedules", {"queues": list(queues), "now_ms": now_ms, "limit": limit})
         for schedule_id, cron, every_ms, zone, catch_up, next_tick_at, now in rows:
             error = None
             try:
@@ -410,17 +396,17 @@ def tick(conn: Any, queues: Sequence[str], *, now_ms: int | None = None, limit: 
             fire = {"id": schedule_id, "claimed_at": next_tick_at, "ticks": ticks, "next_tick_at": following}
             try:
                 with conn.transaction():  # a savepoint: one schedule's failure is its own
-                    conn.execute(sql.query("fire_schedule"), {**fire, "error": error, **common})
+                    db.run(conn, "fire_schedule", {**fire, "error": error, **common})
             except psycopg.OperationalError:
                 if conn.broken:
                     raise
                 # A cancelled statement, a lock or serialization conflict: it stays due and is
                 # tried again at the next check; the others go on now.
                 logger.warning("schedule %s could not tick now; trying again at the next check", schedule_id)
-            except psycopg.Error as exc:  # what it enqueues is refused: park it, say why
+            except (psycopg.Error, LonnyMQError) as exc:  # what it enqueues is refused: park it, say why
                 logger.error("schedule %s cannot tick: %s", schedule_id, _first_line(exc))
                 parked = {**fire, "ticks": [], "next_tick_at": None, "error": _first_line(exc)}
-                conn.execute(sql.query("fire_schedule"), {**parked, **common})
+                db.run(conn, "fire_schedule", {**parked, **common})
     return len(rows)
 
 

@@ -25,6 +25,7 @@ INSTALLED_APPS = [
     "django.contrib.postgres",
     "django_lonnymq",
     "example_project.tenants",
+    "example_project.videos",
 ]
 
 MIDDLEWARE = [

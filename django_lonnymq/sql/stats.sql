@@ -19,3 +19,37 @@ SELECT q.queue, pg_catalog.count(*) AS live
  WHERE w.stopped_at IS NULL
    AND w.heartbeat_at >= pg_catalog.now() - pg_catalog.make_interval(secs => %(lost_after_s)s::double precision)
  GROUP BY q.queue
+
+
+-- name: table_health
+-- Live and dead row versions of the queue's tables and how long ago each was vacuumed
+-- (lonnymq_health: vacuum that cannot keep up shows here first).
+SELECT relname, n_live_tup, n_dead_tup,
+       pg_catalog.date_part('epoch', pg_catalog.now() - GREATEST(last_vacuum, last_autovacuum))::float8 AS vacuumed_ago_s
+  FROM pg_catalog.pg_stat_user_tables
+ WHERE relname OPERATOR(pg_catalog.=) ANY (%(tables)s::name[]) AND schemaname OPERATOR(pg_catalog.=) pg_catalog.current_schema()
+ ORDER BY relname
+
+-- name: oldest_transaction
+-- The session of this database whose snapshot holds back vacuum the longest (not this one),
+-- or the oldest prepared transaction: (pid, who, state, age_s, query), at most one row.
+SELECT * FROM (
+    SELECT pid, COALESCE(NULLIF(application_name, ''), usename::text, '?') AS who, state,
+           pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() - xact_start)::float8 AS age_s,
+           pg_catalog.left(query, 200) AS query
+      FROM pg_catalog.pg_stat_activity
+     WHERE datname OPERATOR(pg_catalog.=) pg_catalog.current_database()
+       AND pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
+       AND backend_xmin IS NOT NULL AND xact_start IS NOT NULL
+    UNION ALL
+    SELECT NULL, 'prepared transaction ' OPERATOR(pg_catalog.||) gid, 'prepared',
+           pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() - prepared)::float8, NULL
+      FROM pg_catalog.pg_prepared_xacts WHERE database OPERATOR(pg_catalog.=) pg_catalog.current_database()
+) x ORDER BY age_s DESC LIMIT 1
+
+-- name: expired_leases
+-- Leases that expired and were not recovered: (older than the grace, all, oldest in ms).
+SELECT pg_catalog.count(*) FILTER (WHERE lease_until < lonnymq_now_ms_v1() - %(grace_ms)s::bigint),
+       pg_catalog.count(*),
+       COALESCE(pg_catalog.max(lonnymq_now_ms_v1() - lease_until), 0)
+  FROM lonnymq_message WHERE lease_until < lonnymq_now_ms_v1()

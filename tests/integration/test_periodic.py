@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 import psycopg
 import pytest
 
-from django_lonnymq import Message, periodic, schedules
+from django_lonnymq import Message, periodic, schedules, sql
 from django_lonnymq.exceptions import InvalidArgument, PayloadError
 from django_lonnymq.models import Schedule
 from django_lonnymq.schedules import Timing, sync, tick
@@ -263,7 +263,7 @@ def test_two_connections_never_fire_one_tick_twice(declared, connect):
     first = schedule.next_tick_at
     holder = connect(autocommit=False)
     rows = holder.execute(
-        schedules.sql.query("claim_schedules"), {"queues": [QUEUE], "now_ms": first, "limit": 10}
+        sql.query("claim_schedules"), {"queues": [QUEUE], "now_ms": first, "limit": 10}
     ).fetchall()
     assert len(rows) == 1
     assert tick(conn, [QUEUE], now_ms=first) == 0  # skipped at once, not waited for

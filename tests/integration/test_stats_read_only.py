@@ -16,6 +16,9 @@ PARAMS = {
     "channel_counts": {"ids": [1, 2], "cap": 100},
     "estimated_rows": {"table": "lonnymq_message"},
     "live_workers": {"lost_after_s": 30.0},
+    "table_health": {"tables": ["lonnymq_message"]},
+    "oldest_transaction": {},
+    "expired_leases": {"grace_ms": 1000},
 }
 
 

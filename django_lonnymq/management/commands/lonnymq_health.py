@@ -29,48 +29,16 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError, connections, transaction
+from django.db import DatabaseError, transaction
 
-from django_lonnymq import api, sql
+from django_lonnymq import api, db
 from django_lonnymq.bounds import MAX_INTERVAL
 from django_lonnymq.conf import settings
-from django_lonnymq.exceptions import LonnyMQError, sql_errors
+from django_lonnymq.exceptions import LonnyMQError
 from django_lonnymq.management.commands.run_queue_worker import check_database
 from django_lonnymq.models import QueueSample
 
 TABLES = ("lonnymq_channel", "lonnymq_message", "lonnymq_wake", "lonnymq_dedup", "lonnymq_dead_message")
-
-DEAD_TUPLES_SQL = """
-SELECT relname, n_live_tup, n_dead_tup,
-       extract(epoch FROM now() - greatest(last_vacuum, last_autovacuum))::float8 AS vacuumed_ago_s
-  FROM pg_stat_user_tables
- WHERE relname = ANY (%s) AND schemaname = current_schema()
- ORDER BY relname
-"""
-
-# Sessions of this database whose snapshot holds back vacuum (not this one), and prepared
-# transactions, oldest first.
-OLDEST_XACT_SQL = """
-SELECT * FROM (
-    SELECT pid, coalesce(nullif(application_name, ''), usename::text, '?') AS who, state,
-           extract(epoch FROM clock_timestamp() - xact_start)::float8 AS age_s,
-           left(query, 200) AS query
-      FROM pg_stat_activity
-     WHERE datname = current_database() AND pid <> pg_backend_pid()
-       AND backend_xmin IS NOT NULL AND xact_start IS NOT NULL
-    UNION ALL
-    SELECT NULL, 'prepared transaction ' || gid, 'prepared',
-           extract(epoch FROM clock_timestamp() - prepared)::float8, NULL
-      FROM pg_prepared_xacts WHERE database = current_database()
-) x ORDER BY age_s DESC LIMIT 1
-"""
-
-EXPIRED_LEASES_SQL = """
-SELECT count(*) FILTER (WHERE lease_until < lonnymq_now_ms_v1() - %s),
-       count(*),
-       coalesce(max(lonnymq_now_ms_v1() - lease_until), 0)
-  FROM lonnymq_message WHERE lease_until < lonnymq_now_ms_v1()
-"""
 
 
 def _seconds(text: str) -> float:
@@ -138,45 +106,43 @@ class Command(BaseCommand):
         problems: list[str] = []
         report: dict[str, Any] = {}
 
-        with connections[alias].cursor() as cursor:
-            cursor.execute(DEAD_TUPLES_SQL, [list(TABLES)])
-            tables = {
-                name: {"live": live, "dead": dead, "vacuumed_ago_s": None if ago is None else round(ago, 1)}
-                for name, live, dead, ago in cursor.fetchall()
-            }
-            report["tables"] = tables
-            for name, stats in tables.items():
-                if stats["dead"] > options["max_dead_tuples"]:
-                    problems.append(
-                        f"{name} has {stats['dead']} dead tuples (more than {options['max_dead_tuples']}); "
-                        "vacuum cannot keep up or an old transaction holds it back"
-                    )
-
-            cursor.execute(OLDEST_XACT_SQL)
-            row = cursor.fetchone()
-            oldest = None
-            if row is not None:
-                pid, who, state, age, query = row
-                oldest = {"pid": pid, "who": who, "state": state, "age_s": round(age, 1), "query": query}
-                if age > options["max_xact_age"]:
-                    problems.append(
-                        f"a transaction has been open for {age:.0f}s (more than {options['max_xact_age']:g}s): "
-                        f"pid {pid} ({who}, {state}); vacuum cannot remove newer dead tuples meanwhile"
-                    )
-            report["oldest_transaction"] = oldest
-
-            cursor.execute(EXPIRED_LEASES_SQL, [int(options["lease_grace"] * 1000)])
-            stale, expired, worst_ms = cursor.fetchone()
-            report["expired_leases"] = {
-                "older_than_grace": stale,
-                "all": expired,
-                "oldest_s": worst_ms / 1000,
-            }
-            if stale > options["max_expired_leases"]:
+        tables = {
+            name: {"live": live, "dead": dead, "vacuumed_ago_s": None if ago is None else round(ago, 1)}
+            for name, live, dead, ago in db.rows("table_health", {"tables": list(TABLES)}, using=alias)
+        }
+        report["tables"] = tables
+        for name, stats in tables.items():
+            if stats["dead"] > options["max_dead_tuples"]:
                 problems.append(
-                    f"{stale} lease(s) expired more than {options['lease_grace']:g}s ago and were not "
-                    "recovered: are any workers running?"
+                    f"{name} has {stats['dead']} dead tuples (more than {options['max_dead_tuples']}); "
+                    "vacuum cannot keep up or an old transaction holds it back"
                 )
+
+        found = db.rows("oldest_transaction", using=alias)
+        row = found[0] if found else None
+        oldest = None
+        if row is not None:
+            pid, who, state, age, query = row
+            oldest = {"pid": pid, "who": who, "state": state, "age_s": round(age, 1), "query": query}
+            if age > options["max_xact_age"]:
+                problems.append(
+                    f"a transaction has been open for {age:.0f}s (more than {options['max_xact_age']:g}s): "
+                    f"pid {pid} ({who}, {state}); vacuum cannot remove newer dead tuples meanwhile"
+                )
+        report["oldest_transaction"] = oldest
+
+        grace_ms = int(options["lease_grace"] * 1000)
+        stale, expired, worst_ms = db.rows("expired_leases", {"grace_ms": grace_ms}, using=alias)[0]
+        report["expired_leases"] = {
+            "older_than_grace": stale,
+            "all": expired,
+            "oldest_s": worst_ms / 1000,
+        }
+        if stale > options["max_expired_leases"]:
+            problems.append(
+                f"{stale} lease(s) expired more than {options['lease_grace']:g}s ago and were not "
+                "recovered: are any workers running?"
+            )
 
         report["queues"] = {
             sample.queue: {
@@ -221,19 +187,14 @@ class Command(BaseCommand):
         The probe leases at most one message and rolls back at once: nothing stays leased,
         and no worker loses anything (it skips what the probe holds for that instant).
         """
-        with connections[alias].cursor() as cursor:
-            cursor.execute(sql.query("queues_with_ready_work"))
-            queues = [row[0] for row in cursor.fetchall()]
+        queues = [row[0] for row in db.rows("queues_with_ready_work", using=alias)]
         results: dict[str, str | None] = {}
         for queue in queues:
             try:
-                with transaction.atomic(using=alias), sql_errors(), connections[alias].cursor() as cursor:
-                    cursor.execute(
-                        sql.query("dequeue"),
-                        {"queue": queue, "batch_size": 1, "lease_ms": 1000, "worker": "lonnymq_health",
-                         "tolerance_ms": settings.ms("WAKE_TOLERANCE")},
-                    )  # fmt: skip
-                    cursor.fetchall()
+                with transaction.atomic(using=alias):
+                    probe = {"queue": queue, "batch_size": 1, "lease_ms": 1000, "worker": "lonnymq_health",
+                             "tolerance_ms": settings.ms("WAKE_TOLERANCE")}  # fmt: skip
+                    db.rows("dequeue", probe, using=alias)
                     transaction.set_rollback(True, using=alias)
                 results[queue] = None
             except (DatabaseError, LonnyMQError) as exc:
