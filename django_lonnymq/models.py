@@ -477,15 +477,9 @@ class QueueSample(models.Model):
     @classmethod
     def record(cls, *, keep_ms: int = 86_400_000, using: str | None = None) -> list[QueueSample]:
         """Record a sample of every queue now; drop samples older than ``keep_ms``."""
-        from . import sql
-        from .conf import settings
-        from .exceptions import sql_errors
+        from . import db
 
-        with sql_errors():
-            rows = cls.objects.using(using or settings.DATABASE).raw(
-                sql.query("record_samples"), {"keep_ms": keep_ms}
-            )
-            return list(rows)
+        return db.models(cls, "record_samples", {"keep_ms": keep_ms}, using=using)
 
 
 # ---------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@
 --   LQ170 cancel of a message that does not exist (DETAIL: the ids, comma-separated)
 -- The locking argument for these functions is written down in docs/locking.md.
 --
--- Bounds, the same numbers as django_lonnymq/limits.py (CHECK constraints and argument
+-- Bounds, the same numbers as django_lonnymq/bounds.py (CHECK constraints and argument
 -- checks), so that no accepted value can overflow the arithmetic of a later dequeue:
 --   a time (ms since the epoch)     0 .. 253402300799999 (9999-12-31)
 --   a run time or delay ahead       at most 100 years (3155760000000 ms)
