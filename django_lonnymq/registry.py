@@ -40,9 +40,14 @@ def handler(queue: str, *, timeout: timedelta | float | None = None) -> Callable
     def register(func: F) -> F:
         if not callable(func):
             raise InvalidArgument("handler", "must be callable", func)
-        if inspect.isasyncgenfunction(func):
+        if inspect.isasyncgenfunction(func) or inspect.isasyncgenfunction(getattr(func, "__call__", None)):
             raise InvalidArgument(
                 "handler", "must be a function or an async def function, not an async generator", func
+            )
+        if inspect.isgeneratorfunction(func) or inspect.isgeneratorfunction(getattr(func, "__call__", None)):
+            # A call would return a generator without running the body, and the message be acked.
+            raise InvalidArgument(
+                "handler", "must be a function or an async def function, not a generator (it yields)", func
             )
         existing = _handlers.get(queue)
         if existing is not None and existing is not func and _qualname(existing) != _qualname(func):

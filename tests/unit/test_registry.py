@@ -1,0 +1,50 @@
+"""Handler registration refuses what a worker could not run as a handler."""
+
+from __future__ import annotations
+
+import pytest
+
+from django_lonnymq import handler
+from django_lonnymq.exceptions import InvalidArgument
+from django_lonnymq.registry import _handlers
+
+
+@pytest.fixture(autouse=True)
+def _forget():
+    before = dict(_handlers)
+    yield
+    _handlers.clear()
+    _handlers.update(before)
+
+
+def test_a_generator_function_is_refused_at_registration():
+    def gen(message):  # type: ignore[no-untyped-def]
+        yield message
+
+    with pytest.raises(
+        InvalidArgument, match="handler must be a function or an async def function, not a generator"
+    ):
+        handler("unit_gen")(gen)
+    assert "unit_gen" not in _handlers
+
+
+def test_a_callable_object_whose_call_yields_is_refused():
+    class Yields:
+        def __call__(self, message):  # type: ignore[no-untyped-def]
+            yield message
+
+    with pytest.raises(InvalidArgument, match="not a generator"):
+        handler("unit_gen_obj")(Yields())
+
+
+def test_an_async_generator_is_refused_and_a_plain_function_registers():
+    async def agen(message):  # type: ignore[no-untyped-def]
+        yield message
+
+    with pytest.raises(InvalidArgument, match="not an async generator"):
+        handler("unit_agen")(agen)
+
+    def plain(message):  # type: ignore[no-untyped-def]
+        return None
+
+    assert handler("unit_plain")(plain) is plain and _handlers["unit_plain"] is plain
