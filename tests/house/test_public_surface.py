@@ -1,0 +1,85 @@
+"""What users import stays where it is: every name of ``django_lonnymq.__all__`` and of the
+documented module paths. A rename or a move fails here first (extend these lists when a
+public name is added; removing one is a breaking change for the CHANGELOG)."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+import django_lonnymq
+
+TOP_LEVEL = [
+    "Discard",
+    "Event",
+    "Item",
+    "Message",
+    "Retry",
+    "aenqueue",
+    "aenqueue_many",
+    "enqueue",
+    "enqueue_many",
+    "handler",
+    "periodic",
+    "publish",
+    "publish_many",
+    "subscribe",
+]
+
+DOCUMENTED = {
+    "django_lonnymq.api": [
+        "Item", "Problem", "aenqueue", "aenqueue_many", "cancel", "cancel_rows", "check",
+        "configure_channel", "configure_queue", "delete_channel", "enqueue", "enqueue_many",
+        "now_ms", "purge_channel", "purge_dead", "reap", "requeue_dead", "run_now",
+    ],
+    "django_lonnymq.testing": ["assert_enqueued", "assert_nothing_enqueued", "drain", "eager", "enqueued"],
+    "django_lonnymq.tasks": ["LonnyMQBackend"],
+    "django_lonnymq.spark": ["export"],
+    "django_lonnymq.rates": ["Rate"],
+    "django_lonnymq.logs": ["Formatter", "LOGGER", "build_formatter", "configure_console"],
+    "django_lonnymq.exceptions": [
+        "Discard", "HandlerCancelled", "HandlerTimeout", "InvalidArgument", "LeaseLost", "LonnyMQError",
+        "MessageNotFound", "NoHandler", "PayloadError", "PriorityWithSchedule", "Retry", "SchemaMissing",
+        "UnknownMessage", "UnknownTask", "UnsupportedIsolation", "WorkerInterrupted",
+    ],
+    "django_lonnymq.models": [
+        "Channel", "DeadMessage", "Message", "QueueConfig", "QueueSample", "Schedule", "Subscription",
+        "TaskResultRecord", "Unrouted", "Worker",
+    ],
+    "django_lonnymq.workers": ["listing"],
+    "django_lonnymq.worker": ["Worker"],
+    "django_lonnymq.topics": ["Event", "publish", "publish_many", "subscribe", "sync_subscriptions"],
+    "django_lonnymq.schedules": ["periodic"],
+    "django_lonnymq.registry": ["handler"],
+    "django_lonnymq.prometheus": ["metrics"],
+    "django_lonnymq.pytest_plugin": ["lonnymq_drain", "lonnymq_eager", "lonnymq_enqueued"],
+}  # fmt: skip
+
+
+def test_the_top_level_names_are_exactly_these():
+    assert sorted(django_lonnymq.__all__) == sorted(TOP_LEVEL)
+    for name in TOP_LEVEL:
+        assert getattr(django_lonnymq, name) is not None
+
+
+@pytest.mark.parametrize("module", sorted(DOCUMENTED))
+def test_every_documented_name_imports_from_its_module(module: str):
+    loaded = importlib.import_module(module)
+    missing = [name for name in DOCUMENTED[module] if not hasattr(loaded, name)]
+    assert missing == []
+
+
+def test_the_top_level_names_are_the_documented_objects():
+    from django_lonnymq import api, exceptions, message, registry, schedules, topics
+
+    assert django_lonnymq.enqueue is api.enqueue and django_lonnymq.Item is api.Item
+    assert django_lonnymq.Retry is exceptions.Retry and django_lonnymq.Message is message.Message
+    assert django_lonnymq.handler is registry.handler and django_lonnymq.periodic is schedules.periodic
+    assert django_lonnymq.publish is topics.publish
+
+
+def test_the_version_is_defined_once():
+    from importlib.metadata import version
+
+    assert version("django-lonnymq") == django_lonnymq.__version__
