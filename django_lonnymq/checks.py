@@ -1,4 +1,4 @@
-"""System checks, ids ``lonnymq.E00x`` / ``lonnymq.W00x`` / ``lonnymq.W210`` (one test each in tests/unit/test_checks.py)."""
+"""System checks, ids ``lonnymq.E00x`` / ``lonnymq.E1x0``-``E2x0`` / ``lonnymq.W210`` (one test each in tests/unit/test_checks.py)."""
 
 from __future__ import annotations
 
@@ -211,3 +211,36 @@ def check_handler_timeout(app_configs: Any = None, **kwargs: Any) -> list[Error]
             )
         ]
     return []
+
+
+@register(Tags.compatibility)
+def check_health(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """E220: LONNYMQ_HEALTH_MAX_READY_AGE is None or a positive duration of at most 366 days;
+    LONNYMQ_HEALTH_REQUIRE_WORKERS is a bool."""
+    errors: list[Error] = []
+    value = settings.HEALTH_MAX_READY_AGE
+    if value is not None:
+        try:
+            ms = to_ms(value) if not isinstance(value, bool) else -1
+        except (TypeError, ValueError, OverflowError):
+            ms = -1
+        if not 0 < ms <= to_ms(MAX_INTERVAL):
+            errors.append(
+                Error(
+                    f"LONNYMQ_HEALTH_MAX_READY_AGE must be None or a positive duration of at most "
+                    f"{MAX_INTERVAL}, got {value!r}.",
+                    hint="Use a timedelta or seconds, e.g. timedelta(minutes=5) (the default); None: "
+                    "the ready age is not judged. The default is used meanwhile.",
+                    id="lonnymq.E220",
+                )
+            )
+    required = settings.HEALTH_REQUIRE_WORKERS
+    if not isinstance(required, bool):
+        errors.append(
+            Error(
+                f"LONNYMQ_HEALTH_REQUIRE_WORKERS must be True or False, got {required!r}.",
+                hint="True (the default): ready messages without a live worker of their queue ring the alarm.",
+                id="lonnymq.E220",
+            )
+        )
+    return errors

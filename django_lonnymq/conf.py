@@ -74,6 +74,11 @@ DEFAULTS: dict[str, Any] = {
     # that formats them (given the format as its first argument). docs/admin.md, "Logs".
     "LOG_FORMAT": "%(asctime)s %(levelname)s %(name)s: %(message)s",
     "LOG_FORMATTER": "django_lonnymq.logs.Formatter",
+    # lonnymq_health and the dashboard's alarms (docs/admin.md, "Alarms"): a queue's oldest
+    # ready message may have been due this long (None: not judged), and ready messages need a
+    # live worker serving their queue. The command's flags override both.
+    "HEALTH_MAX_READY_AGE": timedelta(minutes=5),
+    "HEALTH_REQUIRE_WORKERS": True,
     # Extra modules the worker imports to register handlers (besides each app's handlers.py).
     "HANDLER_MODULES": [],
 }

@@ -9,8 +9,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
-from . import db
-from .conf import lost_after
+from .alarms import live_workers
 from .models import QueueSample
 
 
@@ -56,7 +55,7 @@ class QueueCollector:
         for sample in samples:
             age.add_metric([sample.queue], sample.oldest_ready_seconds or 0.0)
         yield age
-        live = _live_workers(self.using)
+        live = live_workers(self.using)
         workers = GaugeMetricFamily(
             "lonnymq_live_workers",
             "Live workers serving the queue (not stopped, heard from within LONNYMQ_WORKER_LOST_AFTER).",
@@ -76,12 +75,6 @@ class QueueCollector:
         for sample in samples:
             released.add_metric([sample.queue], sample.released_total)
         yield released
-
-
-def _live_workers(using: str | None) -> dict[str, int]:
-    """Live workers per queue they serve, from the workers' rows (docs/admin.md, Workers)."""
-    rows = db.rows("live_workers", {"lost_after_s": lost_after().total_seconds()}, using=using)
-    return {queue: int(n) for queue, n in rows}
 
 
 def metrics(request: HttpRequest) -> HttpResponse:

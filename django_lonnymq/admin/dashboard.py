@@ -18,6 +18,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
+from .. import alarms
 from ..conf import settings
 from ..figures import (
     RATE_WINDOW,
@@ -91,6 +92,7 @@ def dashboard_context(request: HttpRequest, *, using: str | None = None) -> dict
         ],
         "selected": selected,
         "current": current,
+        "alarms": alarms.current(alias, live),
         "oldest_ready": format_age(current.oldest_ready_seconds) if current else "-",
         "net_drain": format_rate(rate),
         "throughput": format_throughput(recent.per_minute if recent else None),

@@ -93,6 +93,7 @@ def test_the_checks_are_registered():
         "check_schema_installed",
         "check_sampling",
         "check_handler_timeout",
+        "check_health",
     }
 
 
@@ -328,3 +329,34 @@ def test_e002_covers_the_grace_periods(name):
     with override_settings(**{f"LONNYMQ_{name}": timedelta(days=2)}):
         errors = lonnymq_errors()
     assert ids(errors) == ["lonnymq.E002"] and f"LONNYMQ_{name}" in errors[0].msg
+
+
+# ---------------------------------------------------------------------------------------
+# E220: the alarms of lonnymq_health and the dashboard
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("LONNYMQ_HEALTH_MAX_READY_AGE", 0),
+        ("LONNYMQ_HEALTH_MAX_READY_AGE", -5),
+        ("LONNYMQ_HEALTH_MAX_READY_AGE", "5m"),
+        ("LONNYMQ_HEALTH_MAX_READY_AGE", timedelta(days=400)),
+        ("LONNYMQ_HEALTH_MAX_READY_AGE", True),
+        ("LONNYMQ_HEALTH_REQUIRE_WORKERS", "yes"),
+        ("LONNYMQ_HEALTH_REQUIRE_WORKERS", None),
+    ],
+)
+def test_e220_health_settings_out_of_bounds(name, value):
+    with override_settings(**{name: value}):
+        errors = lonnymq_errors()
+    assert ids(errors) == ["lonnymq.E220"]
+    assert name in errors[0].msg and repr(value) in errors[0].msg
+
+
+def test_e220_accepts_none_durations_and_bools():
+    with override_settings(LONNYMQ_HEALTH_MAX_READY_AGE=None, LONNYMQ_HEALTH_REQUIRE_WORKERS=False):
+        assert lonnymq_errors() == []
+    with override_settings(LONNYMQ_HEALTH_MAX_READY_AGE=30, LONNYMQ_HEALTH_REQUIRE_WORKERS=True):
+        assert lonnymq_errors() == []

@@ -11,8 +11,10 @@ Reports, for the queue's database:
   reaping: all workers are down or stuck);
 * the scheduler's own invariant check (``django_lonnymq.api.check()``): in-flight counters
   that disagree with the leases, ready messages that no dequeue will look at;
-* each queue's oldest ready message: how long the most overdue message that a worker could
-  take now has been due; a paused channel's messages are paused, not ready, and never count;
+* each queue's ready messages: a queue that holds some and has no live worker serving it
+  fails, and so does one whose most overdue ready message has been due longer than
+  ``LONNYMQ_HEALTH_MAX_READY_AGE`` (5 minutes; :mod:`django_lonnymq.alarms`); a paused
+  channel's messages are paused, not ready, and never count;
 * a dequeue probe: one real dequeue of each queue that has work, in a transaction rolled
   back at once (nothing stays leased), so a queue whose dequeue fails is reported even
   while its workers keep running and backing off.
@@ -31,7 +33,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, transaction
 
-from django_lonnymq import api, db
+from django_lonnymq import alarms, api, db
 from django_lonnymq.bounds import MAX_INTERVAL
 from django_lonnymq.conf import settings
 from django_lonnymq.exceptions import LonnyMQError
@@ -54,8 +56,9 @@ def _seconds(text: str) -> float:
 
 class Command(BaseCommand):
     help = (
-        "Report the queue's health: dead tuples, the oldest open transaction, expired leases and "
-        "the scheduler check. Exits with status 1 when a threshold is crossed."
+        "Report the queue's health: dead tuples, the oldest open transaction, expired leases, queues "
+        "with ready messages and no live worker or too old a ready message, and the scheduler check. "
+        "Exits with status 1 when a threshold is crossed."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -95,8 +98,20 @@ class Command(BaseCommand):
             "--max-ready-age",
             type=_seconds,
             default=None,
-            help="Longest any ready message may have been due, in seconds (default: reported, not "
-            "judged). Messages of paused channels are not ready and never count.",
+            help="Longest any ready message may have been due, in seconds (default "
+            "LONNYMQ_HEALTH_MAX_READY_AGE, 300). Messages of paused channels are not ready and never count.",
+        )
+        parser.add_argument(
+            "--no-ready-age",
+            action="store_true",
+            help="Report the oldest ready message's age without judging it.",
+        )
+        parser.add_argument(
+            "--require-workers",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="Fail when a queue holds ready messages and no live worker serves it (default "
+            "LONNYMQ_HEALTH_REQUIRE_WORKERS, on).",
         )
         parser.add_argument("--json", action="store_true", help="Print the report as JSON.")
 
@@ -144,31 +159,35 @@ class Command(BaseCommand):
                 "recovered: are any workers running?"
             )
 
+        samples = QueueSample.live(using=alias)
+        live = alarms.live_workers(alias)
         report["queues"] = {
             sample.queue: {
                 "oldest_ready_s": sample.oldest_ready_seconds,
                 "ready": sample.ready,
                 "paused": sample.paused,
+                "live_workers": live.get(sample.queue, 0),
             }
-            for sample in QueueSample.live(using=alias)
+            for sample in samples
         }
         limit = options["max_ready_age"]
-        for queue, figures in report["queues"].items():
-            age = figures["oldest_ready_s"]
-            if limit is not None and age is not None and age > limit:
-                problems.append(
-                    f"queue {queue}: a ready message has been due for {age:.0f}s (more than {limit:g}s); "
-                    "are enough workers serving it?"
-                )
+        if limit is None and not options["no_ready_age"]:
+            limit = alarms.max_ready_age()
+        required = options["require_workers"]
+        if required is None:
+            required = alarms.require_workers()
+        found_alarms = alarms.alarms(samples, live, max_age=limit, workers_required=required)
+        report["alarms"] = [alarm.__dict__ for alarm in found_alarms]
+        problems.extend(alarm.text for alarm in found_alarms)
 
         report["dequeue_probe"] = self._probe_dequeues(alias)
         for queue, error in report["dequeue_probe"].items():
             if error is not None:
                 problems.append(f"dequeue of queue {queue} fails: {error}")
 
-        found = api.check(grace=timedelta(seconds=options["check_grace"]), using=alias)
-        report["check"] = [p.__dict__ for p in found]
-        for p in found:
+        checked = api.check(grace=timedelta(seconds=options["check_grace"]), using=alias)
+        report["check"] = [p.__dict__ for p in checked]
+        for p in checked:
             where = p.queue if p.channel is None else f"{p.queue}/{p.channel}"
             problems.append(f"check: {where} {p.problem}: {p.detail}")
         report["healthy"] = not problems
@@ -224,7 +243,8 @@ class Command(BaseCommand):
             age = figures["oldest_ready_s"]
             out(
                 f"queue {queue}: {figures['ready']} ready, oldest due for "
-                f"{'-' if age is None else f'{age:g}s'}; {figures['paused']} paused"
+                f"{'-' if age is None else f'{age:g}s'}; {figures['paused']} paused; "
+                f"{figures['live_workers']} live worker(s)"
             )
         failing = [q for q, error in report["dequeue_probe"].items() if error is not None]
         out(f"dequeue probe: {len(report['dequeue_probe'])} queue(s) with work, {len(failing)} failing")

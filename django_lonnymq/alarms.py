@@ -1,0 +1,96 @@
+"""The alarms that ring by default: a queue holds ready messages that no live worker serves,
+or its oldest ready message has waited too long. ``lonnymq_health`` fails on them and the
+dashboard shows them (docs/admin.md, "Alarms"); ``/metrics`` exports the figures behind them
+(``lonnymq_live_workers``, ``lonnymq_oldest_ready_age_seconds``) for a Prometheus rule.
+
+A paused channel's messages are paused, not ready: they never ring either alarm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from . import db
+from .bounds import MAX_INTERVAL
+from .conf import DEFAULTS, lost_after, settings, to_ms
+from .figures import format_age
+from .models import QueueSample
+
+UNSERVED = "unserved"
+READY_AGE = "ready_age"
+
+
+@dataclass(frozen=True)
+class Alarm:
+    queue: str
+    kind: str  # UNSERVED or READY_AGE
+    text: str
+
+
+def live_workers(using: str | None = None) -> dict[str, int]:
+    """Live workers per queue they serve, from the workers' rows (docs/admin.md, Workers)."""
+    rows = db.rows("live_workers", {"lost_after_s": lost_after().total_seconds()}, using=using)
+    return {queue: int(n) for queue, n in rows}
+
+
+def max_ready_age() -> float | None:
+    """``LONNYMQ_HEALTH_MAX_READY_AGE`` in seconds (None: not judged); the default when the
+    setting is malformed (check lonnymq.E220 reports it)."""
+    value = settings.HEALTH_MAX_READY_AGE
+    if value is None:
+        return None
+    try:
+        ms = to_ms(value)
+    except (TypeError, ValueError, OverflowError):
+        ms = -1
+    if not 0 < ms <= to_ms(MAX_INTERVAL):
+        return float(to_ms(DEFAULTS["HEALTH_MAX_READY_AGE"])) / 1000
+    return ms / 1000
+
+
+def require_workers() -> bool:
+    """``LONNYMQ_HEALTH_REQUIRE_WORKERS``: ready messages need a live worker of their queue."""
+    value = settings.HEALTH_REQUIRE_WORKERS
+    return value if isinstance(value, bool) else True
+
+
+def alarms(
+    samples: Iterable[QueueSample],
+    live: dict[str, int],
+    *,
+    max_age: float | None,
+    workers_required: bool,
+) -> list[Alarm]:
+    """The alarms of each queue's live figures (``QueueSample.live()``) and live workers."""
+    found: list[Alarm] = []
+    for sample in samples:
+        if sample.ready <= 0:
+            continue  # nothing a worker could take now (a paused channel's are not ready)
+        if workers_required and not live.get(sample.queue):
+            found.append(
+                Alarm(
+                    sample.queue,
+                    UNSERVED,
+                    f"queue {sample.queue}: {sample.ready:,} ready message(s) and no live worker serves "
+                    f"it (start `run_queue_worker --queue {sample.queue}`)",
+                )
+            )
+        age = sample.oldest_ready_seconds
+        if max_age is not None and age is not None and age > max_age:
+            found.append(
+                Alarm(
+                    sample.queue,
+                    READY_AGE,
+                    f"queue {sample.queue}: a ready message has been due for {format_age(age)} ({age:.0f}s, "
+                    f"more than {max_age:g}s); are enough workers serving it?",
+                )
+            )
+    return found
+
+
+def current(using: str | None = None, samples: list[QueueSample] | None = None) -> list[Alarm]:
+    """The alarms now, by the settings (the dashboard's)."""
+    if samples is None:
+        samples = QueueSample.live(using=using)
+    return alarms(samples, live_workers(using), max_age=max_ready_age(), workers_required=require_workers())
