@@ -18,6 +18,7 @@ from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
+from django.utils import formats, timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
@@ -39,6 +40,15 @@ CHANNEL_FILTER_LIMIT = 100
 def ms_to_datetime(ms: int | None) -> datetime | None:
     """Queue time (ms since the epoch) as an aware datetime."""
     return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def when(value: datetime | int | None) -> str:
+    """A time as the admin shows one: in the user's time zone and date format (Django's
+    ``localtime`` and ``DATETIME_FORMAT``); a queue time in ms is read as one; "-" for none."""
+    if value is None:
+        return "-"
+    moment = ms_to_datetime(value) if isinstance(value, int) else value
+    return str(formats.localize(timezone.localtime(moment)))
 
 
 def count_text(n: int | None) -> str:

@@ -16,9 +16,10 @@ from django.core.exceptions import PermissionDenied
 from django.db import router
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils import timezone
 
-from .. import alarms
+from .. import alarms, db
 from ..conf import settings
 from ..figures import (
     RATE_WINDOW,
@@ -31,10 +32,13 @@ from ..figures import (
 from ..models import Channel, DeadMessage, QueueSample
 from ..urlparams import storable
 from .charts import backlog_chart, drain_chart, thin, throughput_chart
+from .common import COUNT_CAP, count_text, rate_text, when
 
 # Dashboard windows (minutes) and the default one.
 WINDOWS = [(15, "15 minutes"), (60, "1 hour"), (360, "6 hours"), (1440, "24 hours")]
 DEFAULT_WINDOW = 60
+# Channels in the tenants view.
+TENANTS = 20
 
 
 def view(model_admin: admin.ModelAdmin[Any], request: HttpRequest) -> HttpResponse:
@@ -54,9 +58,10 @@ def dashboard_context(request: HttpRequest, *, using: str | None = None) -> dict
     """Figures of every queue, and history, rates and charts of the chosen one."""
     alias = using or settings.DATABASE
     live = QueueSample.live(using=alias)
-    names = [sample.queue for sample in live]
     asked = request.GET.get("queue")
-    selected = (storable(asked) or "") if asked else (names[0] if names else "")
+    # Without a choice: the queue with the most ready messages (then the deepest, then by name).
+    busiest = sorted(live, key=lambda sample: (-sample.ready, -sample.depth, sample.queue))
+    selected = (storable(asked) or "") if asked else (busiest[0].queue if busiest else "")
     try:
         minutes = int(request.GET.get("minutes", DEFAULT_WINDOW))
     except ValueError:
@@ -93,6 +98,8 @@ def dashboard_context(request: HttpRequest, *, using: str | None = None) -> dict
         "selected": selected,
         "current": current,
         "alarms": alarms.current(alias, live),
+        "tenants": tenants(selected, current, using=alias) if current else [],
+        "tenants_limit": TENANTS,
         "oldest_ready": format_age(current.oldest_ready_seconds) if current else "-",
         "net_drain": format_rate(rate),
         "throughput": format_throughput(recent.per_minute if recent else None),
@@ -110,3 +117,56 @@ def dashboard_context(request: HttpRequest, *, using: str | None = None) -> dict
         "drain_chart": drain_chart(drawn),
         "now": now,
     }
+
+
+def tenants(queue: str, current: QueueSample, *, using: str) -> list[dict[str, Any]]:
+    """The tenants view: who is waiting, and is everyone getting a turn? At most
+    :data:`TENANTS` channels of ``queue``, the longest-waiting ready head first (named
+    statement ``queue_tenants``)."""
+    rows = db.rows("queue_tenants", {"queue": queue, "limit": TENANTS, "cap": COUNT_CAP}, using=using)
+    found = []
+    for (channel_id, name, paused, max_concurrency, in_flight, weight, interval_ms, rate_count, rate_period_ms,
+         rate_burst, next_at, last_at, released, head_at, now_ms, ready, scheduled) in rows:  # fmt: skip
+        at_cap = max_concurrency is not None and in_flight >= max_concurrency
+        waiting = not paused and head_at is not None and head_at <= now_ms
+        if paused:
+            state = "paused"
+        elif at_cap:
+            state = "at its cap"
+        elif waiting and next_at is not None and next_at > now_ms:
+            state = "waiting for its rate limit"
+        elif waiting:
+            state = "ready, waiting for a worker"
+        elif head_at is not None:
+            state = "scheduled only"
+        else:
+            state = "nothing waiting"
+        limits = [
+            f"max {max_concurrency:,}" if max_concurrency is not None else "",
+            f"every {interval_ms:,} ms" if interval_ms else "",
+            rate_text(rate_count, rate_period_ms, rate_burst) if rate_count else "",
+            f"weight {weight}" if weight != 1 else "",
+        ]
+        share = released / current.released_total if current.released_total else None
+        found.append(
+            {
+                "name": name,
+                "url": reverse("admin:django_lonnymq_channel_change", args=[channel_id]),
+                "state": state,
+                "warn": state in ("ready, waiting for a worker", "at its cap", "waiting for its rate limit"),
+                "paused": paused,
+                "at_cap": at_cap,
+                "ready": count_text(ready) if not paused else f"paused ({count_text(ready)})",
+                "scheduled": count_text(scheduled),
+                "waited": format_age((now_ms - head_at) / 1000) if waiting else "-",
+                "in_flight": f"{in_flight:,} / {max_concurrency:,}"
+                if max_concurrency is not None
+                else f"{in_flight:,}",
+                "limits": " · ".join(text for text in limits if text) or "-",
+                "released": released,
+                "share": "-" if share is None else f"{share:.0%}" if share >= 0.01 or not released else "<1%",
+                "next_release": when(next_at) if next_at is not None and next_at > now_ms else "-",
+                "last_release": when(last_at),
+            }
+        )
+    return found

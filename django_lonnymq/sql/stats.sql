@@ -53,3 +53,36 @@ SELECT pg_catalog.count(*) FILTER (WHERE lease_until < lonnymq_now_ms_v1() - %(g
        pg_catalog.count(*),
        COALESCE(pg_catalog.max(lonnymq_now_ms_v1() - lease_until), 0)
   FROM lonnymq_message WHERE lease_until < lonnymq_now_ms_v1()
+
+-- name: queue_tenants
+-- The dashboard's tenants view: at most `limit` channels of one queue, those whose head
+-- message (the first of the ready index) has waited longest first (ready ones, then paused
+-- or only scheduled ones, then the idle ones with the most in flight), with their limits,
+-- release counters (the row's plus its held-release rows) and counts (capped at `cap`).
+-- Cost: one probe of the ready index per channel of the queue (its head), then the counts of
+-- the rows shown only (docs/admin.md, "The tenants view").
+WITH now_ms AS (
+    SELECT lonnymq_now_ms_v1() AS v
+), heads AS (
+    SELECT c.id, c.name, c.paused, c.in_flight, h.dequeue_at AS head_at,
+           (h.dequeue_at IS NULL OR h.dequeue_at > now_ms.v OR c.paused) AS not_ready
+      FROM lonnymq_channel c CROSS JOIN now_ms
+      LEFT JOIN LATERAL (
+          SELECT m.dequeue_at FROM lonnymq_message m
+           WHERE m.channel_id = c.id AND m.lease_until IS NULL
+           ORDER BY m.dequeue_at, m.id LIMIT 1
+      ) h ON true
+     WHERE c.queue = %(queue)s::text
+), top AS (
+    SELECT id, head_at, not_ready FROM heads
+     ORDER BY not_ready, head_at NULLS LAST, in_flight DESC, name
+     LIMIT %(limit)s::integer
+)
+SELECT c.id, c.name, c.paused, c.max_concurrency, c.in_flight, c.weight, c.release_interval_ms,
+       c.rate_count, c.rate_period_ms, c.rate_burst, c.next_dequeue_at, c.last_dequeue_at,
+       c.released_total + COALESCE((SELECT pg_catalog.sum(r.released) FROM lonnymq_release_count r
+                                     WHERE r.channel_id = c.id), 0) AS released,
+       top.head_at, now_ms.v AS now_ms, n.ready, n.scheduled
+  FROM top JOIN lonnymq_channel c ON c.id = top.id CROSS JOIN now_ms
+  LEFT JOIN lonnymq_channel_counts_v1(ARRAY(SELECT id FROM top), %(cap)s::integer) n ON n.channel_id = c.id
+ ORDER BY top.not_ready, top.head_at NULLS LAST, c.in_flight DESC, c.name

@@ -19,6 +19,7 @@ PARAMS = {
     "table_health": {"tables": ["lonnymq_message"]},
     "oldest_transaction": {},
     "expired_leases": {"grace_ms": 1000},
+    "queue_tenants": {"queue": "ro", "limit": 20, "cap": 100},
 }
 
 
