@@ -12,7 +12,7 @@ It prints, per variant, the median drain rate (acked / the worker's own elapsed 
 ratio to the baseline of the same round (median of the per-round ratios). On a loaded machine
 the drains vary by tens of percent from one to the next; the second table isolates the
 bookkeeping itself, in-process and CPU-bound: a no-op called directly, through
-``Control.execute`` (what a ``def`` handler pays per run) and through ``Control.aexecute`` on
+``Control.run`` (what a ``def`` handler pays per run) and through ``Control.arun`` on
 an event loop against a plain ``await`` of it (what an ``async def`` handler pays), in
 microseconds per call, medians of the rounds. The database is ``--database-url`` (or
 ``LONNYMQ_BENCH_DATABASE_URL``); it is dropped and recreated.
@@ -51,9 +51,9 @@ def drain(url: str, queue: str, messages: int, concurrency: int, batch: int) -> 
 
 
 def per_call_us(calls: int, rounds: int) -> dict[str, float]:
-    """Microseconds per call of a no-op: direct, under Control.execute, awaited, under aexecute."""
+    """Microseconds per call of a no-op: direct, under Control.run, awaited, under arun."""
     from django_lonnymq.message import Message
-    from django_lonnymq.running import Control
+    from django_lonnymq.worker.running import Control
 
     control = Control({"q": None, "t": 60.0}, cancel_grace=1, interrupt_grace=10)
     plain = Message(id=1, queue="q", channel="c", payload={}, attempt=1, max_attempts=1, enqueued_at=None)  # type: ignore[arg-type]
@@ -71,7 +71,7 @@ def per_call_us(calls: int, rounds: int) -> dict[str, float]:
 
     async def controlled() -> None:
         for _ in range(calls):
-            await control.aexecute(plain, anoop)
+            await control.arun(plain, anoop)
 
     def timed_sync(run) -> float:  # type: ignore[no-untyped-def]
         started = time.perf_counter()
@@ -81,10 +81,10 @@ def per_call_us(calls: int, rounds: int) -> dict[str, float]:
     found: dict[str, list[float]] = {}
     cases = {
         "no-op called directly": lambda: [noop() for _ in range(calls)],
-        "under Control.execute, no timeout": lambda: [control.execute(plain, noop) for _ in range(calls)],
-        "under Control.execute, timeout": lambda: [control.execute(timed, noop) for _ in range(calls)],
+        "under Control.run, no timeout": lambda: [control.run(plain, noop) for _ in range(calls)],
+        "under Control.run, timeout": lambda: [control.run(timed, noop) for _ in range(calls)],
         "awaited as a task": lambda: asyncio.run(awaited()),
-        "under Control.aexecute": lambda: asyncio.run(controlled()),
+        "under Control.arun": lambda: asyncio.run(controlled()),
     }
     for _ in range(rounds):
         for name, run in cases.items():

@@ -4,13 +4,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 from .bounds import MAX_LEASE
 from .durations import duration_ms
 from .exceptions import InvalidArgument
+
+# The dedup key of a periodic schedule's tick: the schedule's id and the tick (ms since the epoch).
+TICK_KEY_PREFIX = "lonnymq.periodic:"
+
+
+def tick_of(dedup_key: str | None) -> datetime | None:
+    """The scheduled time carried by a tick message's dedup key (None for other keys)."""
+    if not dedup_key or not dedup_key.startswith(TICK_KEY_PREFIX):
+        return None
+    try:
+        ms = int(dedup_key.rsplit(":", 1)[1])
+        return datetime.fromtimestamp(ms / 1000, tz=UTC)
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 @dataclass
@@ -47,8 +61,6 @@ class Message:
 
         It travels in the dedup key, ``lonnymq.periodic:<schedule id>:<tick ms>``.
         """
-        from .schedules import tick_of
-
         return tick_of(self.dedup_key)
 
     @property

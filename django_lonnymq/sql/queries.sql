@@ -200,3 +200,8 @@ SELECT t.message_id, t.context FROM lonnymq_trace t WHERE t.message_id = ANY (%(
 DELETE FROM lonnymq_trace t
  WHERE t.created_at < pg_catalog.now() - pg_catalog.make_interval(secs => %(older_than_s)s::double precision)
    AND NOT EXISTS (SELECT 1 FROM lonnymq_message m WHERE m.id = t.message_id)
+
+-- name: messages_present
+-- Workers: which of these messages are still in the table (an ack re-sent after the
+-- connection dropped finds its message gone when the first one committed).
+SELECT m.id FROM lonnymq_message m WHERE m.id = ANY (%(ids)s::bigint[])

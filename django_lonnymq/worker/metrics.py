@@ -5,7 +5,7 @@ Each worker process has its own registry and its own HTTP port: one scrape targe
 one host take one port each (``--metrics-port 0`` picks a free one and prints it); no
 shared-directory multiprocess mode is needed, because no two processes share a port.
 
-Metrics (label ``queue``; ``outcome`` one of :data:`~django_lonnymq.observe.OUTCOMES`):
+Metrics (label ``queue``; ``outcome`` one of :data:`~django_lonnymq.worker.observer.OUTCOMES`):
 
 - ``lonnymq_worker_messages_total{queue, outcome}``: outcomes as the database recorded them;
 - ``lonnymq_worker_handler_duration_seconds{queue}``: a histogram of every handler run;
@@ -21,25 +21,25 @@ from __future__ import annotations
 
 import os
 import socket
-from collections import Counter as Tally
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
-from .observe import OUTCOMES
-
-if TYPE_CHECKING:
-    from .worker import Worker
+from ..message import Message
+from .held import Held
+from .observer import OUTCOMES, Observer
+from .outcomes import Outcome
 
 # Handler durations from 5 ms to 10 min.
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
 
-class WorkerMetrics:
-    """One worker's metrics in a registry of its own."""
+class WorkerMetrics(Observer):
+    """One worker's metrics in a registry of its own, kept up to date as its observer."""
 
-    def __init__(self, worker: Worker):
+    def __init__(self, *, name: str, queues: Sequence[str], concurrency: int, held: Held):
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-        self.worker = worker
+        self.queues = list(queues)
         self.registry = CollectorRegistry(auto_describe=True)
         self.messages = Counter(
             "lonnymq_worker_messages",
@@ -67,13 +67,13 @@ class WorkerMetrics:
             ["worker", "host", "pid"],
             registry=self.registry,
         )
-        info.labels(worker.name, socket.gethostname(), str(os.getpid())).set(1)
+        info.labels(name, socket.gethostname(), str(os.getpid())).set(1)
         Gauge("lonnymq_worker_concurrency", "Handler threads of this worker.", registry=self.registry).set(
-            worker.concurrency
+            concurrency
         )
-        self.registry.register(_LeasedCollector(worker))
+        self.registry.register(_LeasedCollector(self.queues, held))
         # Every series exists from the start, so rate() and increase() see the first event.
-        for queue in worker.queues:
+        for queue in self.queues:
             for outcome in OUTCOMES:
                 self.messages.labels(queue, outcome)
             self.duration.labels(queue)
@@ -83,12 +83,37 @@ class WorkerMetrics:
     def count(self, queue: str, outcome: str) -> None:
         self.messages.labels(queue, outcome).inc()
 
-    def started(self, queue: str) -> None:
-        self.running.labels(queue).inc()
+    # -- the worker's events -----------------------------------------------------------
 
-    def finished(self, queue: str, seconds: float) -> None:
-        self.running.labels(queue).dec()
-        self.duration.labels(queue).observe(seconds)
+    def handler_started(self, message: Message) -> None:
+        self.running.labels(message.queue).inc()
+
+    def handler_finished(self, message: Message, seconds: float, outcome: Outcome) -> None:
+        self.running.labels(message.queue).dec()
+        self.duration.labels(message.queue).observe(seconds)
+
+    def acked(self, message: Message) -> None:
+        self.count(message.queue, "acked")
+
+    def retried(self, outcome: Outcome) -> None:
+        self.count(outcome.message.queue, "retried")
+
+    def dead(self, outcome: Outcome) -> None:
+        self.count(outcome.message.queue, "dead")
+
+    def timed_out(self, message: Message) -> None:
+        self.count(message.queue, "timed_out")
+
+    def cancelled(self, message: Message) -> None:
+        self.count(message.queue, "cancelled")
+
+    def lease_lost(self, message: Message) -> None:
+        self.count(message.queue, "lease_lost")
+
+    def stopped(self) -> None:
+        self.close()
+
+    # -- the endpoint ------------------------------------------------------------------
 
     def serve(self, port: int, address: str = "0.0.0.0") -> int:
         """Serve ``/metrics`` on ``address:port`` (0: a free port) from a daemon thread; the port."""
@@ -105,10 +130,11 @@ class WorkerMetrics:
 
 
 class _LeasedCollector:
-    """``lonnymq_worker_leased_messages``: read from the worker at scrape time."""
+    """``lonnymq_worker_leased_messages``: read from the worker's leases at scrape time."""
 
-    def __init__(self, worker: Worker):
-        self.worker = worker
+    def __init__(self, queues: list[str], held: Held):
+        self.queues = queues
+        self.held = held
 
     def describe(self) -> list[Any]:
         return []
@@ -116,13 +142,12 @@ class _LeasedCollector:
     def collect(self) -> Any:
         from prometheus_client.core import GaugeMetricFamily
 
-        with self.worker._lock:
-            held = Tally(message.queue for message in self.worker._running.values())
+        held = self.held.by_queue()
         family = GaugeMetricFamily(
             "lonnymq_worker_leased_messages",
             "Messages this worker holds a lease on now (running, or waiting for a free handler thread).",
             labels=["queue"],
         )
-        for queue in self.worker.queues:
+        for queue in self.queues:
             family.add_metric([queue], held.get(queue, 0))
         yield family

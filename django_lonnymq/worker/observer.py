@@ -1,27 +1,171 @@
-"""What a worker tells the outside about its messages: log lines, per-worker metrics, and
-the dashboard's samples (sampling.py). The worker calls one hook per event; the logic lives here.
+"""What a worker tells the outside about its messages: one observer interface.
 
-Outcomes (the ``outcome`` label of ``lonnymq_worker_messages_total``): ``acked``,
-``retried``, ``dead``, ``timed_out``, ``cancelled``, ``lease_lost``.
+An :class:`Observer` has one method per event, each doing nothing: a subclass overrides the
+events it needs and is attached with ``worker.observers.add(observer)``. The log lines
+(:class:`LogObserver`), the spans (``spans.TracingObserver``), the per-worker metrics
+(``metrics.WorkerMetrics``) and the dashboard's samples (``housekeeping.Samples``) are
+observers. An observer that raises is logged, never fatal (a lost database connection is
+passed on, for the worker to reconnect).
+
+Events on the worker's control thread: ``fetched``, then, as the database recorded them,
+``acked``, ``retried``, ``dead``, ``timed_out`` and ``cancelled`` (each followed by
+``retried`` or ``dead``), ``lease_lost``; ``tick`` at each maintenance step (housekeeping
+on) and ``stopped`` once the worker stopped. On the thread (or event-loop task) that runs the
+handler: ``handler_started`` right before it, ``handler_finished`` right after, with the
+:class:`~django_lonnymq.worker.outcomes.Outcome` the run asks for.
+
+Outcomes (the ``outcome`` label of ``lonnymq_worker_messages_total``): :data:`OUTCOMES`.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
-if TYPE_CHECKING:
-    from .message import Message
-    from .metrics import WorkerMetrics
-    from .worker import Outcome, Worker
+from ..message import Message
+from .outcomes import FAIL_REASONS, Outcome
 
 logger = logging.getLogger("django_lonnymq.worker")
 
-# Trace contexts of messages that are gone are dropped after this many seconds.
-TRACE_PRUNE_EVERY = 60.0
-
 OUTCOMES = ("acked", "retried", "dead", "timed_out", "cancelled", "lease_lost")
+
+EVENTS = (
+    "fetched",
+    "handler_started",
+    "handler_finished",
+    "acked",
+    "retried",
+    "dead",
+    "timed_out",
+    "cancelled",
+    "lease_lost",
+    "tick",
+    "stopped",
+)
+
+
+class Observer:
+    """The worker's events; each does nothing here (see the module's docstring)."""
+
+    def fetched(self, messages: Sequence[Message]) -> None:
+        """Leased by one dequeue, not started yet."""
+
+    def handler_started(self, message: Message) -> None:
+        """Right before the handler runs, in its thread (or task)."""
+
+    def handler_finished(self, message: Message, seconds: float, outcome: Outcome) -> None:
+        """Right after the handler ran, in the same thread (or task)."""
+
+    def acked(self, message: Message) -> None:
+        """The ack is recorded: the message is done."""
+
+    def retried(self, outcome: Outcome) -> None:
+        """A failure is recorded and the message will run again."""
+
+    def dead(self, outcome: Outcome) -> None:
+        """A failure is recorded and the message went to the dead letters."""
+
+    def timed_out(self, message: Message) -> None:
+        """Its handler ran past the timeout (``retried`` or ``dead`` follows)."""
+
+    def cancelled(self, message: Message) -> None:
+        """It was cancelled before or while its handler ran (``retried`` or ``dead`` follows)."""
+
+    def lease_lost(self, message: Message) -> None:
+        """Its lease expired before its outcome could be recorded: it may run again."""
+
+    def tick(self) -> None:
+        """The worker's maintenance step (its control thread and connection)."""
+
+    def stopped(self) -> None:
+        """The worker stopped serving."""
+
+
+def _overrides(observer: Observer, event: str) -> bool:
+    return getattr(type(observer), event) is not getattr(Observer, event)
+
+
+class Observers:
+    """The observers of one worker: each event goes to every observer that overrides it."""
+
+    def __init__(self, passes: Callable[[BaseException], bool] = lambda exc: False) -> None:
+        """``passes(exc)``: an error of a control-thread event to raise, not log (a lost
+        connection)."""
+        self._observers: list[Observer] = []
+        self._passes = passes
+        self._hooks: dict[str, list[Callable[..., None]]] = {event: [] for event in EVENTS}
+        self._started = self._hooks["handler_started"]
+        self._finished = self._hooks["handler_finished"]
+        self._acked = self._hooks["acked"]
+
+    def add(self, observer: Observer) -> None:
+        self._observers.append(observer)
+        for event in EVENTS:
+            if _overrides(observer, event):
+                self._hooks[event].append(getattr(observer, event))
+
+    def __iter__(self) -> Iterator[Observer]:
+        return iter(list(self._observers))
+
+    def _logged(self, hook: Callable[..., None], exc: Exception, control: bool) -> None:
+        if control and self._passes(exc):
+            raise exc
+        logger.exception("observer %s failed", getattr(hook, "__qualname__", hook))
+
+    def _each(self, event: str, *args: Any) -> None:
+        for hook in self._hooks[event]:
+            try:
+                hook(*args)
+            except Exception as exc:
+                self._logged(hook, exc, control=True)
+
+    # The per-message events of handler threads and of acks: a loop each, no look-up.
+    def handler_started(self, message: Message) -> None:
+        for hook in self._started:
+            try:
+                hook(message)
+            except Exception as exc:
+                self._logged(hook, exc, control=False)
+
+    def handler_finished(self, message: Message, seconds: float, outcome: Outcome) -> None:
+        for hook in self._finished:
+            try:
+                hook(message, seconds, outcome)
+            except Exception as exc:
+                self._logged(hook, exc, control=False)
+
+    def acked(self, message: Message) -> None:
+        for hook in self._acked:
+            try:
+                hook(message)
+            except Exception as exc:
+                self._logged(hook, exc, control=True)
+
+    def fetched(self, messages: Sequence[Message]) -> None:
+        if self._hooks["fetched"]:
+            self._each("fetched", messages)
+
+    def retried(self, outcome: Outcome) -> None:
+        self._each("retried", outcome)
+
+    def dead(self, outcome: Outcome) -> None:
+        self._each("dead", outcome)
+
+    def timed_out(self, message: Message) -> None:
+        self._each("timed_out", message)
+
+    def cancelled(self, message: Message) -> None:
+        self._each("cancelled", message)
+
+    def lease_lost(self, message: Message) -> None:
+        self._each("lease_lost", message)
+
+    def tick(self) -> None:
+        self._each("tick")
+
+    def stopped(self) -> None:
+        self._each("stopped")
 
 
 def _last_line(text: str | None) -> str:
@@ -29,87 +173,12 @@ def _last_line(text: str | None) -> str:
     return lines[-1] if lines else "-"
 
 
-class Observer:
-    """The hooks of one worker. ``metrics`` is None unless the worker serves metrics."""
+class LogObserver(Observer):
+    """The worker's log lines about outcomes (logger ``django_lonnymq.worker``)."""
 
-    def __init__(self, worker: Worker, metrics: WorkerMetrics | None = None):
-        from .sampling import Sampler
-        from .tracing import Consumer
-
-        self.worker = worker
-        self.metrics = metrics
-        self.sampler = Sampler(worker)
-        self.tracing = Consumer()
-        self._next_prune = 0.0
-
-    def tick(self) -> None:
-        """The worker's maintenance step (control thread, its connection): samples when due,
-        and trace contexts of messages that are gone dropped once a minute."""
-        self.sampler.tick()
-        now = time.monotonic()
-        if now >= self._next_prune:
-            self._next_prune = now + TRACE_PRUNE_EVERY
-            with self.worker._lock:
-                held = set(self.worker._running)
-            self.tracing.forget(held)
-            self._quietly("drop old trace contexts", "trace_prune", {"older_than_s": TRACE_PRUNE_EVERY})
-
-    def _quietly(self, what: str, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        """A statement of the worker's that must never stop it (a lost connection is raised)."""
-        try:
-            return self.worker._execute(name, params)
-        except Exception as exc:
-            if self.worker._connection_is_lost(exc):
-                raise
-            logger.warning("worker %s could not %s: %s", self.worker.name, what, exc)
-            return []
-
-    def fetched(self, ids: list[int]) -> None:
-        """Leased, not started yet: load the trace contexts their producers stored."""
-        if ids and self.tracing.active():
-            self.tracing.loaded(self._quietly("load trace contexts", "trace_load", {"ids": ids}))
-
-    def _count(self, message: Message, outcome: str) -> None:
-        if self.metrics is not None:
-            self.metrics.count(message.queue, outcome)
-
-    # -- handler runs (handler threads) ---------------------------------------------------
-
-    def handler_started(self, message: Message) -> None:
-        """In the thread (or task) that runs the handler, right before it runs."""
-        if self.metrics is not None:
-            self.metrics.started(message.queue)
-        try:
-            self.tracing.started(message)
-        except Exception:  # a tracing SDK's error must not cost the message its run
-            logger.exception("could not start the span of message %s", message.id)
-
-    def handler_finished(self, message: Message, seconds: float, outcome: Outcome | None = None) -> None:
-        """In the same thread (or task), right after; ``outcome`` is what the run asks for."""
-        if self.metrics is not None:
-            self.metrics.finished(message.queue, seconds)
-        try:
-            self.tracing.finished(
-                message, outcome.action if outcome else None, outcome.error if outcome else None
-            )
-        except Exception:
-            logger.exception("could not end the span of message %s", message.id)
-
-    # -- outcomes as the database recorded them (control thread) --------------------------
-
-    def acked(self, message: Message) -> None:
-        self._count(message, "acked")
-
-    def failed(self, outcome: Outcome, result: Any) -> None:
-        """A fail call returned ``result``: ``"dead"`` or the retry it scheduled."""
+    def dead(self, outcome: Outcome) -> None:
         message = outcome.message
-        if result != "dead":
-            self._count(message, "retried")
-            return
-        self._count(message, "dead")
-        reason = {"discard": "discarded", "timeout": "timeout", "cancelled": "cancelled"}.get(
-            outcome.action, "failed"
-        )
+        reason = FAIL_REASONS.get(outcome.action, "failed")
         if message.cancel_requested and reason != "discarded":
             reason = "cancelled"  # what lonnymq_fail_v2 records for a cancelled message
         logger.warning(
@@ -124,10 +193,6 @@ class Observer:
         )
 
     def lease_lost(self, message: Message) -> None:
-        self._count(message, "lease_lost")
-
-    def timed_out(self, message: Message) -> None:
-        self._count(message, "timed_out")
-
-    def cancelled(self, message: Message) -> None:
-        self._count(message, "cancelled")
+        logger.warning(
+            "lease on message %s expired before it finished; it may run again (raise --lease?)", message.id
+        )

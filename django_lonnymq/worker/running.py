@@ -2,7 +2,7 @@
 and the event loop that ``async def`` handlers run on.
 
 The worker's control thread owns a :class:`Control`. Each handler run is registered with it
-(:meth:`Control.execute` on a handler thread, :meth:`Control.aexecute` on the event loop),
+(:meth:`Control.run` on a handler thread, :meth:`Control.arun` on the event loop),
 and the control thread calls :meth:`Control.tick` on every pass of its loop:
 
 - past its timeout, a run is interrupted: :class:`~django_lonnymq.exceptions.HandlerTimeout`
@@ -32,8 +32,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .exceptions import HandlerCancelled, HandlerTimeout, Interrupted
-from .message import Message
+from ..exceptions import HandlerCancelled, HandlerTimeout, Interrupted
+from ..message import Message
 
 logger = logging.getLogger("django_lonnymq.worker")
 
@@ -111,7 +111,7 @@ class Control:
             if self._runs.get(run.message.id) is run:
                 del self._runs[run.message.id]
 
-    def execute(self, message: Message, call: Callable[[], T]) -> tuple[T | None, str | None]:
+    def run(self, message: Message, call: Callable[[], T]) -> tuple[T | None, str | None]:
         """Run ``call`` on this (handler) thread under control.
 
         Returns its result (None if an interruption cut it short outside the handler) and the
@@ -130,7 +130,7 @@ class Control:
             self._end(run)
         return result, run.reason
 
-    async def aexecute(
+    async def arun(
         self, message: Message, call: Callable[[], Awaitable[T]]
     ) -> tuple[T | None, str | None, BaseException | None]:
         """Run the coroutine ``call()`` on the event loop under control, as a task of its own
@@ -202,11 +202,6 @@ class Control:
                 elif run.interrupted_at is not None:
                     times.append(run.interrupted_at + self.interrupt_grace)
         return max(min(times) - now, 0.0) if times else None
-
-    def is_abandoned(self, message_id: int) -> bool:
-        with self._lock:
-            run = self._runs.get(message_id)
-            return run is not None and run.abandoned
 
 
 class EventLoopThread:

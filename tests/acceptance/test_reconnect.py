@@ -81,17 +81,17 @@ def test_ack_whose_reply_was_lost_counts_as_acked_not_as_a_lost_lease(db, caplog
     try:
         message_id = enqueue(queue, {"k": 1})
         worker = Worker([queue], concurrency=1, burst=True)
-        execute = worker._execute
+        execute = worker.connection.run
         cut = []
 
-        def reply_lost_after_first_ack(name, params):
+        def reply_lost_after_first_ack(name, params=None):
             rows = execute(name, params)
             if name == "ack" and not cut:
                 cut.append(rows)
                 raise psycopg.OperationalError("server closed the connection unexpectedly (simulated)")
             return rows
 
-        worker._execute = reply_lost_after_first_ack
+        worker.connection.run = reply_lost_after_first_ack  # every statement of the worker goes through it
         with caplog.at_level(logging.INFO, logger="django_lonnymq"):
             stats = run_in_thread(worker)
     finally:

@@ -130,7 +130,7 @@ def test_a_dead_handler_thread_stops_the_worker_with_status_1(db):
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     wait_until(lambda: len(db.events("done", "t_record")) == 3, 20, "the first messages")
-    worker._jobs.put(None)  # one handler thread returns: as if it had died
+    worker.runners.stop(threads=1)  # one handler thread returns: as if it had died
     thread.join(timeout=20)
     assert not thread.is_alive()
     assert worker.exit_code == 1

@@ -23,11 +23,11 @@ def test_a_workers_tick_drops_trace_contexts_of_gone_messages(caplog: pytest.Log
         )
     autodiscover()
     worker = Worker(["t_record"])
-    worker._ensure_connected()
+    worker.connection.ensure()
     try:
-        worker.observer.tick()
+        worker.observers.tick()
     finally:
-        worker._conn.close()
+        worker.connection.close()
     with connection.cursor() as cursor:
         cursor.execute("SELECT message_id FROM lonnymq_trace ORDER BY message_id")
         left = [row[0] for row in cursor.fetchall()]

@@ -1,5 +1,5 @@
 """The interruption machinery on real threads and a real event loop (no database):
-django_lonnymq.running.Control, and the handler options of @handler."""
+django_lonnymq.worker.running.Control, and the handler options of @handler."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from django_lonnymq import handler
 from django_lonnymq.exceptions import HandlerCancelled, HandlerTimeout, InvalidArgument
 from django_lonnymq.message import Message
 from django_lonnymq.registry import get_handler, is_async, timeout_of, unregister
-from django_lonnymq.running import CANCELLED, TIMEOUT, Control
+from django_lonnymq.worker.running import CANCELLED, TIMEOUT, Control
 
 
 def message(message_id: int = 1, queue: str = "q") -> Message:
@@ -64,12 +64,12 @@ def test_a_python_loop_past_its_timeout_is_interrupted():
 
     with Ticker(control):
         started = time.monotonic()
-        assert control.execute(message(), handler_body) == (None, TIMEOUT)
+        assert control.run(message(), handler_body) == (None, TIMEOUT)
     assert 0.19 <= time.monotonic() - started < 1.5
     assert len(caught) == 1  # raised in the handler, where it was running
 
 
-def test_execute_reports_the_interruption_the_handler_turned_into_a_result():
+def test_run_reports_the_interruption_the_handler_turned_into_a_result():
     control = Control({"q": 0.1}, cancel_grace=0.1, interrupt_grace=5)
 
     def swallowing() -> str:
@@ -79,7 +79,7 @@ def test_execute_reports_the_interruption_the_handler_turned_into_a_result():
             return "stopped"
 
     with Ticker(control):
-        assert control.execute(message(), swallowing) == ("stopped", TIMEOUT)
+        assert control.run(message(), swallowing) == ("stopped", TIMEOUT)
 
 
 def test_a_cancel_sets_the_flag_then_interrupts_after_the_grace():
@@ -100,7 +100,7 @@ def test_a_cancel_sets_the_flag_then_interrupts_after_the_grace():
 
     threading.Timer(0.1, lambda: control.cancel([target])).start()
     with Ticker(control):
-        assert control.execute(target, body) == ("cancelled", CANCELLED)
+        assert control.run(target, body) == ("cancelled", CANCELLED)
     assert 0.09 <= seen["flag"] < 0.5
     assert 0.28 <= seen["interrupted"] - seen["flag"] < 1.0  # the flag is polled every 5 ms
 
@@ -110,7 +110,7 @@ def test_a_handler_that_ignores_the_interruption_is_abandoned_after_the_grace():
     target = message()
     with Ticker(control) as ticker:
         started = time.monotonic()
-        result = control.execute(target, lambda: time.sleep(1.0) or "late")  # C call: cannot be entered
+        result = control.run(target, lambda: time.sleep(1.0) or "late")  # C call: cannot be entered
         # The interruption lands as soon as sleep returns: it reached our code, not a result.
         assert result == (None, TIMEOUT)
     assert ticker.abandoned == [target]
@@ -126,7 +126,7 @@ def test_an_interruption_never_escapes_after_the_run_ended():
     with Ticker(control):
         for n in range(300):
             try:
-                _, reason = control.execute(message(n), lambda: naps(0.002))
+                _, reason = control.run(message(n), lambda: naps(0.002))
                 outcomes[reason] += 1
                 naps(0.003)  # Python code after the run: a stray exception would land here
             except HandlerTimeout as exc:
@@ -144,7 +144,7 @@ def test_an_async_run_is_cancelled_at_its_timeout():
         return "finished"
 
     async def main() -> tuple[object, str | None, BaseException | None]:
-        return await control.aexecute(message(), slow)
+        return await control.arun(message(), slow)
 
     with Ticker(control):
         started = time.monotonic()

@@ -203,11 +203,7 @@ class Command(BaseCommand):
         if metrics_url:
             self.stdout.write(f"lonnymq worker {worker.name}: metrics on {metrics_url}")
         self.stdout.flush()
-        try:
-            stats = worker.run()
-        finally:
-            if worker.observer.metrics is not None:
-                worker.observer.metrics.close()
+        stats = worker.run()  # its metrics endpoint, if any, closes when it stops
         self.stdout.write(f"lonnymq worker {worker.name} stopped: {stats.summary()}")
         if worker.exit_code:
             # It stopped because it could not go on (docs/failure-model.md): a supervisor
@@ -221,9 +217,11 @@ class Command(BaseCommand):
         if port is None:
             return None
         try:
-            from django_lonnymq.metrics import WorkerMetrics
+            from django_lonnymq.worker.metrics import WorkerMetrics
 
-            metrics = WorkerMetrics(worker)
+            metrics = WorkerMetrics(
+                name=worker.name, queues=worker.queues, concurrency=worker.concurrency, held=worker.held
+            )
         except ImportError as exc:
             raise CommandError(
                 "--metrics-port needs prometheus-client: pip install 'django-lonnymq[metrics]'"
@@ -232,6 +230,6 @@ class Command(BaseCommand):
             bound = metrics.serve(port, address)
         except OSError as exc:
             raise CommandError(f"--metrics-port {port} on {address}: {exc.strerror or exc}") from exc
-        worker.observer.metrics = metrics
+        worker.observers.add(metrics)
         shown = f"[{address}]" if ":" in address else address
         return f"http://{shown}:{bound}/metrics"

@@ -1,0 +1,10 @@
+"""The worker, one module per job: :mod:`.loop` (the :class:`Worker` and its lifecycle),
+:mod:`.connection`, :mod:`.fetching`, :mod:`.waiting`, :mod:`.handlers` and :mod:`.running`,
+:mod:`.outcomes`, :mod:`.completion`, :mod:`.housekeeping`, :mod:`.observer` (with
+:mod:`.spans` and :mod:`.metrics`)."""
+
+from .loop import Worker
+from .observer import Observer
+from .stats import Stats
+
+__all__ = ["Observer", "Stats", "Worker"]

@@ -1,0 +1,140 @@
+"""Fetching: lease batches across the worker's queues, rotating which goes first, and hand
+them to the handlers; how long to sleep when nothing was ready.
+
+A queue whose dequeue fails on a healthy connection is backed off alone: the others are
+served meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from ..conf import settings
+from .connection import STATEMENT_ERRORS, ControlConnection, backoff, describe_failure
+from .handlers import Handlers
+from .held import Held
+from .housekeeping import Leases
+from .observer import Observers
+from .outcomes import message_from_row
+from .stats import Stats
+
+logger = logging.getLogger("django_lonnymq.worker")
+
+
+class Fetcher:
+    """Leases messages of ``queues`` for one worker (named ``name`` in their ``leased_by``)."""
+
+    def __init__(
+        self,
+        connection: ControlConnection,
+        queues: Sequence[str],
+        *,
+        name: str,
+        lease_ms: int,
+        poll_interval: float,
+        held: Held,
+        handlers: Handlers,
+        leases: Leases,
+        observers: Observers,
+        stats: Stats,
+    ):
+        self.connection = connection
+        self.queues = list(queues)
+        self.name = name
+        self.lease_ms = lease_ms
+        self.poll_interval = poll_interval
+        self.held = held
+        self.handlers = handlers
+        self.leases = leases
+        self.observers = observers
+        self.stats = stats
+        self._turn = 0
+        self._idle_backoff = 0.0
+        # A queue whose dequeue fails waits until then (monotonic), others are served meanwhile.
+        self._retry_at: dict[str, float] = {}
+        self._backoff: dict[str, float] = {}
+
+    def fetch(self, want: int) -> int:
+        """Lease up to ``want`` messages across the queues (rotating which goes first)."""
+        got = 0
+        order = self.queues[self._turn :] + self.queues[: self._turn]
+        self._turn = (self._turn + 1) % len(self.queues)
+        now = time.monotonic()
+        extend = self.leases.extend_for_handler
+        for queue_name in order:
+            if got >= want:
+                break
+            if self._retry_at.get(queue_name, 0.0) > now:
+                continue
+            try:
+                rows = self.connection.run(
+                    "dequeue",
+                    {
+                        "queue": queue_name,
+                        "batch_size": want - got,
+                        "lease_ms": self.lease_ms,
+                        "worker": self.name,
+                        "tolerance_ms": settings.ms("WAKE_TOLERANCE"),
+                    },
+                )
+            except STATEMENT_ERRORS as exc:
+                if self.connection.is_lost(exc):
+                    raise
+                self._dequeue_failed(queue_name, exc)
+                continue
+            if queue_name in self._backoff:
+                logger.warning("dequeue of queue %s works again", queue_name)
+                del self._backoff[queue_name]
+                self._retry_at.pop(queue_name, None)
+            if not rows:
+                continue
+            messages = [message_from_row(queue_name, row, extend) for row in rows]
+            self.observers.fetched(messages)
+            self.held.add(messages)
+            self.stats.fetched += len(messages)
+            for message in messages:
+                self.handlers.submit(message)
+            got += len(messages)
+        if got:
+            self.leases.fetched()
+            self._idle_backoff = 0.0
+        return got
+
+    def _dequeue_failed(self, queue_name: str, exc: BaseException) -> None:
+        """One queue's dequeue fails on a healthy connection: back that queue off alone."""
+        self.stats.statement_errors += 1
+        delay = self._backoff[queue_name] = backoff(self._backoff.get(queue_name, 0.0))
+        self._retry_at[queue_name] = time.monotonic() + delay
+        kind, detail = describe_failure(exc)
+        logger.error(
+            "dequeue of queue %s %s (%s); trying it again in %.1fs, other queues go on",
+            queue_name,
+            kind,
+            detail,
+            delay,
+        )
+
+    def pending(self) -> bool:
+        """Burst mode: does any queue still hold a message that is ready or in flight?"""
+        return bool(self.connection.value("pending", {"queues": self.queues}))
+
+    def idle_wait(self) -> float:
+        """Sleep until the earliest channel turn, capped by the poll interval.
+
+        A turn that is already due while our dequeue found nothing means other workers hold
+        those channels: back off (5 ms, doubling to 100 ms; reset by the next successful
+        fetch) instead of spinning on 1 ms waits that burn the CPU the holders need.
+        """
+        if self._retry_at:
+            now = time.monotonic()
+            if all(self._retry_at.get(q, 0.0) > now for q in self.queues):
+                return min(min(self._retry_at.values()) - now, self.poll_interval)
+        due_ms = self.connection.value("next_due", {"queues": self.queues})
+        if due_ms is None:
+            return self.poll_interval
+        if due_ms <= 0:
+            self._idle_backoff = min(self._idle_backoff * 2, 0.1) if self._idle_backoff else 0.005
+            return self._idle_backoff
+        return min(max(due_ms / 1000, 0.001), self.poll_interval)

@@ -1,0 +1,66 @@
+"""The messages a worker holds a lease on: running, or leased and waiting for a free handler.
+
+The control thread adds what it fetched and drops what it recorded, released or abandoned;
+a handler thread (or the event loop) marks a message started before running it; housekeeping
+and observers read snapshots. Every access goes through this object and its one lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterable
+
+from ..message import Message
+
+
+class Held:
+    """The leases of one worker, by message id."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._messages: dict[int, Message] = {}
+        self._started: set[int] = set()
+
+    def add(self, messages: Iterable[Message]) -> None:
+        with self._lock:
+            for message in messages:
+                self._messages[message.id] = message
+
+    def start(self, message: Message) -> bool:
+        """Mark ``message`` started; False when it was released before it could start."""
+        with self._lock:
+            if message.id not in self._messages:
+                return False
+            self._started.add(message.id)
+            return True
+
+    def drop(self, ids: Iterable[int]) -> None:
+        """No longer held: recorded, released or abandoned."""
+        with self._lock:
+            for message_id in ids:
+                self._messages.pop(message_id, None)
+                self._started.discard(message_id)
+
+    def take_waiting(self) -> list[Message]:
+        """Drop and return the messages whose handler never started (to release them)."""
+        with self._lock:
+            waiting = [m for i, m in self._messages.items() if i not in self._started]
+            for message in waiting:
+                del self._messages[message.id]
+        return waiting
+
+    def snapshot(self) -> list[Message]:
+        with self._lock:
+            return list(self._messages.values())
+
+    def ids(self) -> set[int]:
+        with self._lock:
+            return set(self._messages)
+
+    def by_queue(self) -> Counter[str]:
+        with self._lock:
+            return Counter(message.queue for message in self._messages.values())
+
+    def count(self) -> int:
+        return len(self._messages)  # one read of a dict's size: no lock needed

@@ -1,0 +1,278 @@
+"""The worker's housekeeping, each duty on its own clock, from the control thread's
+maintenance step (never one call per message):
+
+- :class:`Leases`: the heartbeat that extends the leases held (and learns of cancels), and
+  a handler's own ``message.extend_lease()``;
+- :class:`Reaper`: messages whose lease expired, anyone's, back to their queue;
+- :class:`Presence`: the worker's ``lonnymq_worker`` row (read by :mod:`django_lonnymq.workers`);
+- :class:`Samples`: the dashboard's history (:mod:`django_lonnymq.sampling`), an observer of
+  the maintenance tick;
+- the periodic schedules of the worker's queues (:class:`django_lonnymq.schedules.Ticker`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+
+from django.utils import timezone
+
+from .. import db, schedules
+from ..conf import settings, to_ms
+from ..exceptions import LeaseLost
+from ..message import Message
+from ..sampling import interval_ms, keep_ms
+from .connection import ControlConnection
+from .held import Held
+from .observer import Observer, Observers
+from .running import Control
+from .stats import Stats
+
+logger = logging.getLogger("django_lonnymq.worker")
+
+
+class Leases:
+    """Keeps the leases of the messages held, a third of the lease apart."""
+
+    def __init__(
+        self, connection: ControlConnection, held: Held, control: Control, lease_ms: int, using: str
+    ):
+        self.connection = connection
+        self.held = held
+        self.control = control
+        self.lease_ms = lease_ms
+        self.using = using
+        self.next_at = 0.0  # 0: nothing held since the last heartbeat
+
+    def fetched(self) -> None:
+        """Messages were leased: the heartbeat is due a third of the lease from now."""
+        if self.next_at == 0.0:
+            self.next_at = time.monotonic() + self.lease_ms / 3000
+
+    def tick(self, now: float) -> None:
+        if not self.next_at or now < self.next_at:
+            return
+        held = self.held.snapshot()
+        if held:
+            self._extend(held)
+        self.next_at = now + self.lease_ms / 3000 if held else 0.0
+
+    def _extend(self, held: list[Message]) -> None:
+        """The heartbeat: extend the leases held, and learn which were cancelled meanwhile."""
+        rows = self.connection.run(
+            "extend",
+            {
+                "ids": [m.id for m in held],
+                "tokens": [str(m.lease_token) for m in held],
+                "lease_ms": self.lease_ms,
+            },
+        )
+        extended = {row[0] for row in rows}
+        cancelled = {row[0] for row in rows if row[1]}
+        for message in held:
+            if message.id not in extended:
+                logger.warning("lease on running message %s was lost; it may run twice", message.id)
+        if cancelled:
+            self.control.cancel([m for m in held if m.id in cancelled])
+
+    def extend_for_handler(self, message: Message, duration: timedelta | float | None) -> None:
+        """``message.extend_lease()``: on the handler thread's own Django connection."""
+        lease_ms = to_ms(duration) if duration is not None else self.lease_ms
+        rows = db.rows(
+            "extend",
+            {"ids": [message.id], "tokens": [str(message.lease_token)], "lease_ms": lease_ms},
+            using=self.using,
+        )
+        extended = {row[0] for row in rows}
+        if any(row[1] for row in rows):
+            message.cancel_requested = True  # the control thread interrupts it at its heartbeat
+        if message.id not in extended:
+            raise LeaseLost(
+                f"lease on message {message.id} was lost; another worker may hold it", [message.id]
+            )
+
+
+class Reaper:
+    """Gives expired leases back to their queue, every ``LONNYMQ_REAP_INTERVAL``."""
+
+    def __init__(self, connection: ControlConnection, stats: Stats):
+        self.connection = connection
+        self.stats = stats
+        self.interval = settings.ms("REAP_INTERVAL") / 1000
+        self.next_at = 0.0
+
+    def tick(self, now: float) -> None:
+        if now < self.next_at:
+            return
+        self.next_at = now + self.interval
+        reaped = self.connection.value(
+            "reap",
+            {
+                "limit": 500,
+                "dedup_window_ms": settings.ms("DEDUP_WINDOW"),
+                "tolerance_ms": settings.ms("WAKE_TOLERANCE"),
+            },
+        )
+        if reaped:
+            self.stats.reaped += int(reaped)
+            logger.info("recovered %d message(s) whose lease expired", reaped)
+
+
+class Presence:
+    """A worker's row in ``lonnymq_worker``: registered at the first beat, kept by later ones.
+
+    One ``lonnymq_worker_beat_v1`` call every ``LONNYMQ_WORKER_HEARTBEAT``. A graceful
+    shutdown calls :meth:`stopped`, so the row reads "stopped" at once; a worker killed or
+    cut off stops beating and reads "lost" once silent for ``LONNYMQ_WORKER_LOST_AFTER``.
+    A name a live worker holds gets a suffix (``name#2``): :attr:`name` is the one in use.
+    """
+
+    def __init__(
+        self,
+        connection: ControlConnection,
+        *,
+        name: str,
+        queues: Sequence[str],
+        concurrency: int,
+        held: Held,
+        stats: Stats,
+        renamed: Callable[[str], None],
+    ):
+        self.connection = connection
+        self.name = name
+        self.queues = list(queues)
+        self.concurrency = concurrency
+        self.held = held
+        self.stats = stats
+        self.renamed = renamed
+        self.instance = uuid.uuid4()
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.started_at: datetime = timezone.now()
+        self.next_beat = 0.0
+        self.beats = 0
+
+    def _figures(self) -> dict[str, int]:
+        return {
+            "in_flight": self.held.count(),
+            "processed": self.stats.acked,
+            "failed": self.stats.retried + self.stats.dead,
+        }
+
+    def tick(self, now: float) -> None:
+        """Beat when due. A failed beat is logged and tried at the next one: it never stops the
+        worker from serving its queues (a lost connection is raised, for the worker to reconnect)."""
+        if now < self.next_beat:
+            return
+        self.next_beat = now + settings.ms("WORKER_HEARTBEAT") / 1000
+        rows = self.connection.quietly(
+            "write its heartbeat row",
+            "worker_beat",
+            {
+                "name": self.name,
+                "instance": str(self.instance),
+                "host": self.host,
+                "pid": self.pid,
+                "queues": self.queues,
+                "concurrency": self.concurrency,
+                "started_at": self.started_at,
+                "lost_after_ms": settings.ms("WORKER_LOST_AFTER"),
+                "prune_after_ms": settings.ms("WORKER_PRUNE_AFTER"),
+                **self._figures(),
+            },
+        )
+        if not rows:
+            return
+        self.beats += 1
+        name = rows[0][0]
+        if name and name != self.name:
+            logger.warning("worker name %s is held by a live worker; this worker is %s", self.name, name)
+            self.name = name
+            self.renamed(name)
+
+    def stopped(self) -> None:
+        """Mark the row stopped (graceful shutdown); a failure is only logged."""
+        if not self.beats:
+            return
+        try:
+            self.connection.run(
+                "worker_stop", {"name": self.name, "instance": str(self.instance), **self._figures()}
+            )
+        except Exception as exc:
+            logger.warning("worker %s could not mark its row stopped: %s", self.name, exc)
+
+
+class Samples(Observer):
+    """One worker's part in recording the dashboard's samples (see :mod:`django_lonnymq.sampling`)."""
+
+    def __init__(self, connection: ControlConnection):
+        self.connection = connection
+        self.next_try = 0.0
+        self.recorded = 0  # rows this worker recorded
+
+    def tick(self) -> None:
+        """Try when due. A failure is logged and tried again later: it never stops the worker
+        (a lost connection is raised, for the worker to reconnect)."""
+        every = interval_ms()
+        now = time.monotonic()
+        if every is None or now < self.next_try:
+            return
+        # A quarter of the interval: the samples' spacing stays within 1.25 intervals even
+        # when the worker that recorded the last one stops.
+        self.next_try = now + every / 4000
+        rows = self.connection.quietly(
+            "record the dashboard's samples",
+            "record_samples_due",
+            {"interval_ms": every, "keep_ms": keep_ms()},
+        )
+        if rows:
+            self.recorded += int(rows[0][0] or 0)
+
+
+class Housekeeping:
+    """The maintenance step: each duty when due (see the module's docstring)."""
+
+    def __init__(
+        self,
+        connection: ControlConnection,
+        *,
+        leases: Leases,
+        presence: Presence,
+        observers: Observers,
+        queues: Sequence[str],
+        poll_interval: float,
+        stats: Stats,
+        enabled: bool,
+    ):
+        """``enabled=False`` (``testing.drain()``): no worker row, no periodic ticks, no
+        dashboard samples; leases are still kept and expired ones reaped."""
+        self.connection = connection
+        self.leases = leases
+        self.presence = presence
+        self.observers = observers
+        self.reaper = Reaper(connection, stats)
+        self.enabled = enabled
+        # Periodic schedules of these queues: synced at the first maintenance, then ticked.
+        self.ticker = schedules.Ticker(queues, interval=poll_interval)
+
+    def tick(self, stopping: bool) -> None:
+        if self.enabled:
+            self.presence.tick(time.monotonic())
+            self.observers.tick()
+        now = time.monotonic()
+        self.leases.tick(now)
+        self.reaper.tick(now)
+        if self.enabled and not stopping:
+            self.ticker.run(self.connection.conn)  # never raises; on its own clock
+
+    def due_in(self, now: float) -> list[float]:
+        """Seconds until the heartbeat and the reaper are due (either may be negative)."""
+        waits = [self.reaper.next_at - now]
+        if self.leases.next_at:
+            waits.append(self.leases.next_at - now)
+        return waits

@@ -1,0 +1,166 @@
+"""What a handler's run comes to, shared by the worker and eager mode.
+
+A dequeued row becomes a :class:`~django_lonnymq.message.Message` (:func:`message_from_row`);
+running its handler gives an :class:`Outcome` (:func:`run`): an ack, a retry (with the delay
+the handler asked for), a discard, a failure, a timeout or a cancel; :func:`fail_params` are
+the parameters of the ``fail`` statement that records one that is not an ack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import traceback
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from ..conf import to_ms
+from ..exceptions import Discard, Interrupted, Retry
+from ..message import Message
+from .running import TIMEOUT
+
+logger = logging.getLogger("django_lonnymq.worker")
+
+# The reason lonnymq_fail_v2 records for each outcome that is not an ack.
+FAIL_REASONS = {
+    "fail": "failed",
+    "retry": "failed",
+    "discard": "discarded",
+    "timeout": "timeout",
+    "cancelled": "cancelled",
+}
+
+
+@dataclass
+class Outcome:
+    """What a handler's run asks for: ack, retry (with optional delay), or discard."""
+
+    message: Message
+    action: str  # "ack" | "fail" | "retry" | "discard" | "timeout" | "cancelled"
+    error: str | None = None
+    delay_ms: int | None = None
+    # Sent once already when the connection dropped: that call may have committed.
+    resent: bool = False
+
+
+def message_from_row(
+    queue: str,
+    row: tuple[Any, ...],
+    extend: Callable[[Message, timedelta | float | None], None] | None = None,
+) -> Message:
+    """The message of a row of the ``dequeue`` statement; ``extend`` backs its ``extend_lease``."""
+    (
+        msg_id,
+        channel,
+        payload,
+        attempts,
+        max_attempts,
+        priority,
+        dedup_key,
+        enqueued_at,
+        token,
+        lease_until,
+    ) = row
+    return Message(
+        id=msg_id,
+        queue=queue,
+        channel=channel,
+        payload=payload,
+        attempt=attempts,
+        max_attempts=max_attempts,
+        enqueued_at=enqueued_at,
+        priority=priority,
+        dedup_key=dedup_key,
+        lease_token=token,
+        lease_until_ms=lease_until,
+        _extend=extend,
+    )
+
+
+def run(handle: Callable[[Message], object], message: Message) -> Outcome:
+    """Call ``handle(message)``; the outcome it asks for. Whatever it raises (even
+    ``SystemExit``) becomes an outcome: a failing handler never stops its caller."""
+    try:
+        result = handle(message)
+        if isinstance(result, Awaitable):
+            getattr(result, "close", lambda: None)()
+            return Outcome(message, "fail", error="the handler returned an awaitable: declare it async def")
+        return Outcome(message, "ack")
+    except BaseException as exc:
+        return outcome_of(message, exc)
+
+
+def outcome_of(message: Message, exc: BaseException) -> Outcome:
+    """What a handler's exception asks for: a retry, a discard, or a failure."""
+    if isinstance(exc, Retry):
+        try:
+            delay_ms = to_ms(exc.delay)
+        except Exception as bad:  # a Retry built around the check in Retry.__init__
+            return Outcome(message, "fail", error=f"invalid Retry delay {exc.delay!r}: {bad!r}")
+        return Outcome(message, "retry", error=exc.reason or "retry requested", delay_ms=delay_ms)
+    if isinstance(exc, Discard):
+        return Outcome(message, "discard", error=exc.reason)
+    if not isinstance(exc, (Interrupted, asyncio.CancelledError)):  # logged by after_interrupt
+        logger.warning(
+            "message %s of %s failed on attempt %d: %s",
+            message.id,
+            message.queue,
+            message.attempt,
+            short_repr(exc),
+        )
+    return Outcome(message, "fail", error=describe_exception(exc))
+
+
+def after_interrupt(
+    message: Message, outcome: Outcome | None, interrupted: str | None, timeout: float | None
+) -> Outcome:
+    """A run that was interrupted, or whose message was cancelled while it ran, ends as the
+    interruption says whatever the handler did afterwards."""
+    if interrupted is None and not message.cancel_requested and outcome is not None:
+        return outcome
+    detail = f"\n{outcome.error}" if outcome is not None and outcome.error else ""
+    if interrupted == TIMEOUT and not message.cancel_requested:
+        logger.warning(
+            "message %s of %s timed out after %gs on attempt %d",
+            message.id,
+            message.queue,
+            timeout or 0,
+            message.attempt,
+        )
+        return Outcome(message, "timeout", error=f"timed out after {timeout:g}s{detail}")
+    logger.warning("message %s of %s was cancelled while it ran", message.id, message.queue)
+    return Outcome(message, "cancelled", error=f"cancelled while running{detail}")
+
+
+def fail_params(
+    outcome: Outcome, *, backoff_base_ms: int, backoff_max_ms: int, tolerance_ms: int, at_once: bool = False
+) -> dict[str, Any]:
+    """The ``fail`` statement's parameters for an outcome that is not an ack; ``at_once``
+    (eager mode) makes a requested retry due now."""
+    retry = outcome.action == "retry"
+    return {
+        "id": outcome.message.id,
+        "token": str(outcome.message.lease_token),
+        "error": outcome.error,
+        "retry_delay_ms": (0 if at_once else outcome.delay_ms) if retry else None,
+        "reason": FAIL_REASONS[outcome.action],
+        "backoff_base_ms": backoff_base_ms,
+        "backoff_max_ms": backoff_max_ms,
+        "tolerance_ms": tolerance_ms,
+    }
+
+
+def short_repr(exc: BaseException) -> str:
+    """repr() of a handler's exception, or its type when even that raises."""
+    try:
+        return repr(exc)
+    except Exception:
+        return f"<{type(exc).__name__} that cannot be shown>"
+
+
+def describe_exception(exc: BaseException) -> str:
+    """The error text stored with a failed message: type, message and a short traceback."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=8))
+    return text[-4000:]

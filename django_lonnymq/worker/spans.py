@@ -1,0 +1,56 @@
+"""Spans of handler runs (:mod:`django_lonnymq.tracing`), attached to a worker as an observer."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from ..message import Message
+from ..tracing import Consumer
+from .connection import ControlConnection
+from .held import Held
+from .observer import Observer
+from .outcomes import Outcome
+
+logger = logging.getLogger("django_lonnymq.worker")
+
+# Trace contexts of messages that are gone are dropped after this many seconds.
+TRACE_PRUNE_EVERY = 60.0
+
+
+class TracingObserver(Observer):
+    """Loads the trace contexts their producers stored for the messages fetched, spans each
+    run, and drops the contexts of messages no longer held (memory and table) once a minute."""
+
+    def __init__(self, connection: ControlConnection, held: Held):
+        self.connection = connection
+        self.held = held
+        self.consumer = Consumer()
+        self._next_prune = 0.0
+
+    def fetched(self, messages: Sequence[Message]) -> None:
+        if messages and self.consumer.active():
+            ids = [message.id for message in messages]
+            self.consumer.loaded(self.connection.quietly("load trace contexts", "trace_load", {"ids": ids}))
+
+    def handler_started(self, message: Message) -> None:
+        try:
+            self.consumer.started(message)
+        except Exception:  # a tracing SDK's error must not cost the message its run
+            logger.exception("could not start the span of message %s", message.id)
+
+    def handler_finished(self, message: Message, seconds: float, outcome: Outcome) -> None:
+        try:
+            self.consumer.finished(message, outcome.action, outcome.error)
+        except Exception:
+            logger.exception("could not end the span of message %s", message.id)
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_prune:
+            self._next_prune = now + TRACE_PRUNE_EVERY
+            self.consumer.forget(self.held.ids())
+            self.connection.quietly(
+                "drop old trace contexts", "trace_prune", {"older_than_s": TRACE_PRUNE_EVERY}
+            )
