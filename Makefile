@@ -15,7 +15,7 @@ PYTHON_DJANGO6 ?= $(shell for candidate in python3.12 python3.13 \
 CHROMIUM := command -v chromium >/dev/null || command -v /usr/bin/chromium >/dev/null || \
 	(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 
-.PHONY: install test test-django52 test-django6 demo bench bench-compare lint clean
+.PHONY: install test test-django52 test-django6 demo bench bench-compare lint dist docs screenshots clean
 
 $(STAMP): pyproject.toml
 	$(CHROMIUM)
@@ -70,5 +70,18 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check django_lonnymq
 	$(VENV)/bin/mypy django_lonnymq
 
+## make dist: the sdist and the wheel, into dist/.
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+
+## make docs: the documentation site, into site/ (strict: a broken link or reference fails).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+## make screenshots: the admin and dashboard images of docs/images/ (headless chromium).
+screenshots: $(STAMP)
+	$(PY) docs/screenshots.py
+
 clean:
-	rm -rf $(VENV) $(VENV6) .pytest_cache
+	rm -rf $(VENV) $(VENV6) .pytest_cache dist site
