@@ -71,13 +71,12 @@ def dedup_key(value: Any, field: str = "dedup_key") -> str | None:
 
 def payload(value: Any, field: str = "payload", *, max_bytes: int | None = None) -> str:
     """``value`` as the JSON text the queue stores; ``max_bytes`` defaults to
-    ``LONNYMQ_MAX_PAYLOAD_BYTES``."""
+    ``LONNYMQ_MAX_PAYLOAD_BYTES``. At most ``bounds.MAX_PAYLOAD_DEPTH`` levels deep (a
+    worker decodes it with Python's json, which recurses once per level)."""
     try:
         text = _JSON.encode(value)
     except RecursionError:
-        raise PayloadError(
-            field, "must not be nested deeper than about 1000 levels", type(value).__name__
-        ) from None
+        raise _too_deep(field, _object_depth(value)) from None
     except (TypeError, ValueError) as exc:
         raise PayloadError(
             field,
@@ -105,7 +104,42 @@ def payload(value: Any, field: str = "payload", *, max_bytes: int | None = None)
             size,
             message=f"{field} is {size} bytes as JSON, more than LONNYMQ_MAX_PAYLOAD_BYTES={max_bytes}",
         )
+    too_deep = jsontext.deeper_than(text, bounds.MAX_PAYLOAD_DEPTH)
+    if too_deep is not None:
+        raise _too_deep(field, too_deep)
     return text
+
+
+def _too_deep(field: str, depth: int) -> PayloadError:
+    limit = bounds.MAX_PAYLOAD_DEPTH
+    return PayloadError(
+        field,
+        f"must be nested at most {limit} levels deep (the root is level 0)",
+        depth,
+        message=f"{field} is nested {depth} levels deep, more than the {limit} allowed (the root is level 0)",
+    )
+
+
+def _object_depth(value: Any) -> int:
+    """The level of the deepest value of a JSON-like object, without recursion (a payload
+    the encoder found too deep). Each container is counted once, so a cycle ends too."""
+    deepest = 0
+    seen: set[int] = set()
+    stack = [(value, 0)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, dict):
+            children: Iterable[Any] = node.values()
+        elif isinstance(node, (list, tuple)):
+            children = node
+        else:
+            continue
+        if id(node) in seen or not children:
+            continue
+        seen.add(id(node))
+        deepest = max(deepest, level + 1)
+        stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 def integer(field: str, value: Any, low: int, high: int) -> int:

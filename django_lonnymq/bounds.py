@@ -35,3 +35,8 @@ MAX_WEIGHT = 1000
 MAX_BATCH = 10_000
 # A concurrency cap (a PostgreSQL integer).
 MAX_INT4 = 2_147_483_647
+# How deep a payload may nest: the level of its deepest value, the root being level 0
+# ({"a": [1]}: the object is level 0, the list 1, the number 2). Python's json decoder
+# recurses once per level and stops near 1,000, so a worker could not read a payload much
+# deeper than that; the bound keeps a wide margin below it.
+MAX_PAYLOAD_DEPTH = 100

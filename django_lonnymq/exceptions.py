@@ -32,7 +32,7 @@ class InvalidArgument(LonnyMQError, ValueError):
 
 
 class PayloadError(InvalidArgument):
-    """The payload is not JSON-serializable or is too large."""
+    """The payload is not JSON-serializable, too large or nested too deep."""
 
 
 class PriorityWithSchedule(InvalidArgument):
@@ -171,6 +171,10 @@ _CONSTRAINT_RULES: dict[str, tuple[str, str]] = {
     "lonnymq_message_max_attempts_range": ("max_attempts", "must be between 1 and 1000"),
     "lonnymq_message_priority_range": ("priority", "must be between 0 and 100"),
     "lonnymq_message_payload_size": ("payload", "must be at most 8 MiB stored"),
+    "lonnymq_schedule_payload_depth": (
+        "payload",
+        "must be nested at most 100 levels deep (the root is level 0)",
+    ),
     "lonnymq_message_dedup_key_length": ("dedup_key", "must be 1 to 200 characters"),
     "lonnymq_subscription_topic_length": ("topic", "must be 1 to 200 characters"),
     "lonnymq_subscription_topic_not_blank": ("topic", "must not be only blanks"),

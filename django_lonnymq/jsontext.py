@@ -10,11 +10,19 @@ from __future__ import annotations
 
 import json
 import re
+from itertools import accumulate
 
 # An escape that is not itself an escaped backslash ("\\\\u0000" is the text \u0000).
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 _SURROGATE_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _SURROGATE_PAIR = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+# For nesting depth: a string (escapes included), a run of other scalar text, and what is
+# neither a bracket nor a stand-in "()" for a scalar.
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_SCALAR = re.compile(r"[^\[\]{}()\s,:]+")
+_NOT_A_STEP = re.compile(r"[^\[\]{}()]+")
+_NOT_A_BRACKET = re.compile(r"[^\[\]{}]+")
+_STEP = {"[": 1, "{": 1, "(": 1, "]": -1, "}": -1, ")": -1}
 
 
 def has_nul_escape(text: str) -> bool:
@@ -30,6 +38,43 @@ def has_lone_surrogate(text: str) -> bool:
     except UnicodeEncodeError:
         return True
     return False
+
+
+def depth(text: str) -> int:
+    """The level of the deepest value of the JSON ``text``, the root being level 0.
+
+    ``1`` and ``[]`` are 0 deep, ``[1]`` and ``[[]]`` 1, ``{"a": [1]}`` 2: the measure of
+    ``jsonb_path_exists(payload, 'strict $.**{n}')`` in the schema (a value at level n).
+    Scans the text without parsing it (no recursion, any depth); expects valid JSON.
+    """
+    return _value_depth(_STRING.sub("()", text))
+
+
+def deeper_than(text: str, limit: int) -> int | None:
+    """The depth of the JSON ``text`` when it is more than ``limit``, else None.
+
+    Cheap for the usual payload: a value at level ``d`` sits inside ``d`` containers, so its
+    text holds at least ``d`` opening brackets and ``2 * d + 1`` characters; a text without
+    that many is not scanned. Then the containers' nesting alone bounds the depth from above.
+    """
+    if len(text) <= 2 * limit or text.count("[") + text.count("{") <= limit:
+        return None
+    unquoted = _STRING.sub("()", text)
+    if _nesting(_NOT_A_BRACKET.sub("", unquoted)) <= limit:
+        return None
+    found = _value_depth(unquoted)
+    return found if found > limit else None
+
+
+def _value_depth(unquoted: str) -> int:
+    # Every scalar (strings are "()" already) as "()", an empty container of its own: a
+    # value at level d, container or scalar, then opens d + 1 brackets.
+    return _nesting(_NOT_A_STEP.sub("", _SCALAR.sub("()", unquoted))) - 1
+
+
+def _nesting(steps: str) -> int:
+    """How many brackets are open at most, in a text of brackets alone."""
+    return max(accumulate(map(_STEP.__getitem__, steps)), default=0)
 
 
 def _refuse_constant(name: str) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -24,8 +25,8 @@ from typing import Any
 import psycopg
 from psycopg import conninfo, errors
 
-from .. import jsontext
-from ..exceptions import LonnyMQError, translate
+from .. import bounds, jsontext
+from ..exceptions import InvalidArgument, LonnyMQError, translate
 from ..sql import binary_arrays, query
 
 # The chunk transaction's own inserts: rows whose xmin is this transaction's id. The enqueue
@@ -40,6 +41,9 @@ SELECT count(*) FROM lonnymq_message m
 NOTIFY_PROGRESS = "SELECT pg_notify(%(channel)s, %(payload)s)"
 # The export needs the v1 function; a database without it was not migrated.
 ENQUEUE_MANY_EXISTS = "SELECT to_regproc('lonnymq_enqueue_many_v1') IS NOT NULL"
+
+# A row the enqueue function refused names itself items[i].<argument> (i from 0 in the chunk).
+ITEM_FIELD = re.compile(r"^items\[(?P<index>\d+)\]\.(?P<argument>\w+)$")
 
 # SQLSTATEs after which the whole chunk transaction rolled back and may simply run again.
 RETRYABLE = {"40001", "40P01"}
@@ -365,6 +369,21 @@ def _check_chunk(
                     names.payload,
                     f"is {size} bytes as JSON, more than the limit of {limit}",
                 )
+    deepest = bounds.MAX_PAYLOAD_DEPTH
+    if max(map(len, payloads)) > 2 * deepest:  # only long texts can be too deep
+        for i, payload in enumerate(payloads):
+            depth = jsontext.deeper_than(payload, deepest)
+            if depth is not None:
+                raise _row_error(
+                    config,
+                    chunk,
+                    i,
+                    offset,
+                    where,
+                    names.payload,
+                    f"is nested {depth} levels deep, more than the {deepest} allowed (the root is "
+                    "level 0): a worker could not decode it",
+                )
     if None in keys:
         raise _row_error(
             config,
@@ -418,6 +437,14 @@ def _explain(
                     config, chunk, i, offset, where, names.payload, f"is not valid JSON ({bad})"
                 )
     typed = translate(exc)
+    item = ITEM_FIELD.match(typed.field) if isinstance(typed, InvalidArgument) else None
+    column = {"channel": names.channel, "payload": names.payload, "dedup_key": names.dedup}.get(
+        item["argument"] if item else ""
+    )
+    if isinstance(typed, InvalidArgument) and item and column and int(item["index"]) < len(chunk):
+        # The row and its column, as the checks above name them.
+        problem = typed.rule if typed.value is None else f"{typed.rule}, got {typed.value}"
+        return _row_error(config, chunk, int(item["index"]), offset, where, column, problem)
     if typed is not None:
         text = str(typed)
         return ExportError(f"{where}, rows {offset}-{offset + len(chunk) - 1}: {text}")

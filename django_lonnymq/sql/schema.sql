@@ -25,6 +25,7 @@
 --   a run time or delay ahead       at most 100 years (3155760000000 ms)
 --   a release interval, a window    0 .. 366 days (31622400000 ms)
 --   a lease, a grace period         1 ms (0 for a grace) .. 1 day (86400000 ms)
+--   a payload's depth               at most 100 levels (its deepest value; the root is 0)
 --
 -- Security: every function runs with a pinned search_path (SET search_path FROM CURRENT,
 -- taken from the statement below: the schema the app is installed in, then pg_temp;
@@ -362,7 +363,10 @@ CREATE TABLE lonnymq_schedule (
         CHECK (max_attempts IS NULL OR max_attempts BETWEEN 1 AND 1000),
     CONSTRAINT lonnymq_schedule_next_tick_range
         CHECK (next_tick_at IS NULL OR next_tick_at BETWEEN 0 AND 253402300799999),
-    CONSTRAINT lonnymq_schedule_payload_size CHECK (pg_column_size(payload) <= 8388608)
+    CONSTRAINT lonnymq_schedule_payload_size CHECK (pg_column_size(payload) <= 8388608),
+    -- No value deeper than level 100 (the root is level 0), as lonnymq_enqueue_v1 refuses.
+    -- Not on lonnymq_message: a CHECK there would run at every lease update.
+    CONSTRAINT lonnymq_schedule_payload_depth CHECK (NOT jsonb_path_exists(payload, 'strict $.**{101}'))
 ) WITH (
     -- Every tick rewrites the row (next_tick_at is indexed, so never HOT).
     fillfactor = 70
@@ -457,6 +461,37 @@ BEGIN
         PERFORM lonnymq_raise_invalid_v1('channel', 'must be 1 to 200 characters, not only blanks',
                                          pg_catalog.quote_nullable(p_channel));
     END IF;
+END
+$$;
+
+-- A payload nested deeper than 100 levels (bounds.MAX_PAYLOAD_DEPTH: the level of its
+-- deepest value, the root being level 0) is refused as LQ001, naming its depth: a worker
+-- decodes it with Python's json, which stops near 1,000 levels. The callers test
+-- jsonb_path_exists(payload, 'strict $.**{101}') (a value at level 101) and call this only
+-- to raise; it finds the depth by doubling, then halving, the level it asks for.
+CREATE FUNCTION lonnymq_raise_too_deep_v1(p_field text, p_payload jsonb) RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_low  integer := 101;  -- a value is at this level
+    v_high integer := 202;  -- none is at this level (once the first loop ends)
+    v_mid  integer;
+BEGIN
+    WHILE pg_catalog.jsonb_path_exists(p_payload, pg_catalog.format('strict $.**{%s}', v_high)::jsonpath) LOOP
+        v_low := v_high;
+        v_high := v_high * 2;
+    END LOOP;
+    WHILE v_high - v_low > 1 LOOP
+        v_mid := (v_low + v_high) / 2;
+        IF pg_catalog.jsonb_path_exists(p_payload, pg_catalog.format('strict $.**{%s}', v_mid)::jsonpath) THEN
+            v_low := v_mid;
+        ELSE
+            v_high := v_mid;
+        END IF;
+    END LOOP;
+    PERFORM lonnymq_raise_invalid_v1(p_field, 'must be nested at most 100 levels deep (the root is level 0)'::text,
+                                     pg_catalog.format('%s levels', v_low));
 END
 $$;
 
@@ -703,6 +738,8 @@ DECLARE
 BEGIN
     IF p_payload IS NULL THEN
         PERFORM lonnymq_raise_invalid_v1('payload', 'must not be null', NULL);
+    ELSIF pg_catalog.jsonb_path_exists(p_payload, 'strict $.**{101}'::jsonpath) THEN
+        PERFORM lonnymq_raise_too_deep_v1('payload'::text, p_payload);
     END IF;
     IF p_max_attempts IS NULL OR p_max_attempts NOT BETWEEN 1 AND 1000 THEN
         PERFORM lonnymq_raise_invalid_v1('max_attempts', 'must be between 1 and 1000', p_max_attempts::text);
@@ -814,6 +851,7 @@ BEGIN
            WITH ORDINALITY AS u(channel, payload, run_at, delay, priority, dedup_key, max_attempts, ord)
      WHERE u.channel IS NULL OR pg_catalog.char_length(u.channel) NOT BETWEEN 1 AND 200 OR u.channel !~ '\S'
         OR u.payload IS NULL
+        OR pg_catalog.jsonb_path_exists(u.payload, 'strict $.**{101}'::jsonpath)
         OR coalesce(u.max_attempts, p_default_max_attempts) IS NULL
         OR coalesce(u.max_attempts, p_default_max_attempts) NOT BETWEEN 1 AND 1000
         OR (u.dedup_key IS NOT NULL AND pg_catalog.char_length(u.dedup_key) NOT BETWEEN 1 AND 200)
@@ -831,6 +869,8 @@ BEGIN
                 'must be 1 to 200 characters, not only blanks', pg_catalog.quote_nullable(v_bad.channel));
         ELSIF v_bad.payload IS NULL THEN
             PERFORM lonnymq_raise_invalid_v1(pg_catalog.format('items[%s].payload', v_bad.ord - 1), 'must not be null', NULL);
+        ELSIF pg_catalog.jsonb_path_exists(v_bad.payload, 'strict $.**{101}'::jsonpath) THEN
+            PERFORM lonnymq_raise_too_deep_v1(pg_catalog.format('items[%s].payload', v_bad.ord - 1), v_bad.payload);
         ELSIF coalesce(v_bad.max_attempts, p_default_max_attempts) IS NULL
               OR coalesce(v_bad.max_attempts, p_default_max_attempts) NOT BETWEEN 1 AND 1000 THEN
             PERFORM lonnymq_raise_invalid_v1(pg_catalog.format('items[%s].max_attempts', v_bad.ord - 1),

@@ -66,6 +66,8 @@ RELEASED = {
     "0019_dequeue_single_pass.up.sql": "81166b0eaf0c4d1e9089adf9f05f8d0e3f1c98fda33c3901cf8983457aa980cd",
     "0020_generic_plans.down.sql": "9d4ca61fe7d901363dcf781edecfea8d2cac3fae4f06f3a294dd63b14851d851",
     "0020_generic_plans.up.sql": "5a3536f04849e6c7f9fd95cabdffb11e1b417f4cf9982b5f97caa59d00ca6a63",
+    "0021_payload_depth.down.sql": "fadeca60de6c3f7994cc0667eae14499342df12b49cf0eb59364dafb59c01112",
+    "0021_payload_depth.up.sql": "e94c9cf420d59f654adf2362261232992e32d7bd338f2be928ac1e140becf466",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

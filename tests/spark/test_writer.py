@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from django_lonnymq import Item, enqueue_many
+from django_lonnymq.spark import writer
 from django_lonnymq.spark.writer import (
     Columns,
     ExportError,
@@ -22,6 +23,7 @@ from django_lonnymq.spark.writer import (
     describe_dsn,
     write_rows,
 )
+from django_lonnymq.sql import binary_arrays, query
 from tests.spark.helpers import messages, refused_dsn
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -150,6 +152,8 @@ def test_a_null_channel_names_the_column_and_row_and_writes_nothing_of_its_chunk
         (("t", '{"a": "\ud800"}', "k", None), "payload", r"contains a lone surrogate"),
         (("t", '{"a": NaN}', "k", None), "payload", r"contains NaN or Infinity"),
         (("t", '{"a": -Infinity}', "k", None), "payload", r"contains NaN or Infinity"),
+        (("t", "[" * 102 + "]" * 102, "k", None), "payload", r"column 'payload' is nested 101 levels deep"),
+        (("t", '{"a":' * 160 + "1" + "}" * 160, "k", None), "payload", r"nested 160 levels deep, more than"),
     ],
 )
 def test_bad_rows_are_refused_with_their_column(
@@ -163,6 +167,34 @@ def test_bad_rows_are_refused_with_their_column(
     assert caught.value.column == column
     assert "row 5 of the input" in str(caught.value)
     assert messages(dsn, QUEUE) == []  # the whole chunk rolled back
+
+
+def test_a_payload_at_the_depth_bound_is_written(dsn: str) -> None:
+    at_bound = "[" * 101 + "]" * 101  # the innermost list is at level 100
+    counts = write_rows(config(dsn), rows(3) + [("t", at_bound, "deep", None)])
+    assert counts.enqueued == 4
+
+
+def test_a_row_the_enqueue_function_refuses_is_named_by_its_row_and_column(dsn: str) -> None:
+    # The writer's own checks come first; this is how a row the SQL function refuses reads
+    # (here one nested too deep, sent straight to lonnymq_enqueue_many_v1).
+    chunk = rows(3) + [("t", "[" * 151 + "]" * 151, "deep", None)]
+    params = {
+        "queue": QUEUE, "channels": [r[0] for r in chunk], "payloads": [r[1] for r in chunk], "run_at_ms": None,
+        "delay_ms": None, "priorities": None, "dedup_keys": [r[2] for r in chunk], "max_attempts": None,
+        "default_max_attempts": 5, "priority_step_ms": 1000, "tolerance_ms": 50,
+    }  # fmt: skip
+    with psycopg.connect(dsn) as conn, pytest.raises(psycopg.Error) as refused:
+        conn.execute(binary_arrays(query("enqueue_many")), params)
+
+    explained = writer._explain(refused.value, config(dsn), chunk, 200, "partition 4")
+
+    assert isinstance(explained, ExportError) and explained.column == "payload"
+    assert str(explained).startswith(
+        "row 203 of partition 4: column 'payload' must be nested at most 100 levels deep (the root is "
+        "level 0), got 150 levels (payload [[[["
+    )
+    assert messages(dsn, QUEUE) == []
 
 
 # ---------------------------------------------------------------------------------------
