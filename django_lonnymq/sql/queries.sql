@@ -1,7 +1,8 @@
 -- Named queries the Python layer runs. Each "-- name: X" header starts a query; the loader
 -- (django_lonnymq/sql/__init__.py) parses this file once. Parameters use %(name)s, each cast
--- to the exact type of the function's argument, so that the call resolves to the app's
--- function whatever overloads another role has created on the search path.
+-- to the exact type of the function's argument, and every call passes every argument (none
+-- left to its default), so that the call resolves to the app's function whatever overloads
+-- another role has created on the search path (tests/integration/test_search_path_attack.py).
 
 -- name: enqueue
 SELECT lonnymq_enqueue_v1(%(queue)s::text, %(channel)s::text, %(payload)s::jsonb, %(run_at_ms)s::bigint,
@@ -50,10 +51,13 @@ WITH m AS MATERIALIZED (
 SELECT m.ids FROM m
 
 -- name: dequeue
+-- Every argument is passed, the last (p_recheck_ms) at its default value: left to its
+-- default, PostgreSQL could not choose between this function and a look-alike whose
+-- arguments match the five passed (AmbiguousFunction, and every worker stops).
 SELECT id, channel, payload, attempts, max_attempts, priority, dedup_key, enqueued_at,
        lease_token, lease_until
   FROM lonnymq_dequeue_v1(%(queue)s::text, %(batch_size)s::integer, %(lease_ms)s::bigint, %(worker)s::text,
-                          %(tolerance_ms)s::bigint)
+                          %(tolerance_ms)s::bigint, 100::bigint)
 
 -- name: next_due
 SELECT lonnymq_next_due_v1(%(queues)s::text[]) - lonnymq_now_ms_v1()

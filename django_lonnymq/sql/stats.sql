@@ -1,5 +1,6 @@
 -- Named read-only queries of the operator's views (admin, dashboard, lonnymq_stats,
--- metrics). Same format as queries.sql. Nothing here writes (a test runs each in a READ ONLY
+-- metrics). Same format and rules as queries.sql (every argument of a queue function passed,
+-- cast to its exact type). Nothing here writes (a test runs each in a READ ONLY
 -- transaction): writes go through django_lonnymq.api and queries.sql.
 
 -- name: queue_stats

@@ -14,13 +14,22 @@ raises ``planted ... ran``. The app then enqueues, dequeues, acks, fails, extend
 releases, reaps, requeues, cancels, runs now, purges, configures, deletes a channel and
 reads stats: every call must succeed, i.e. nothing planted ran. A control query shows the
 plants are live for an unpinned caller.
+
+A second role plants look-alikes of every queue function a named statement calls: one
+argument fewer or one more with a default (a call that leaves an argument to its default
+would tie with them: AmbiguousFunction, which stopped every worker at its dequeue), and
+looser argument types. Every named statement still calls the real function.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import json
 import re
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -72,7 +81,14 @@ def builtins_called() -> set[str]:
 @pytest.fixture
 def attacker(dsn: str) -> Iterator[str]:
     """A role with CREATE on public (PostgreSQL 14's default) that plants look-alikes."""
-    role = f"lq_attacker_{connection.settings_dict['NAME']}"[:63]
+    with _planting_role(dsn, "lq_attacker", _plant) as role:
+        yield role
+
+
+@contextlib.contextmanager
+def _planting_role(dsn: str, prefix: str, plant: Callable[[psycopg.Connection], None]) -> Iterator[str]:
+    """A role that may create in public runs ``plant``; what it created is dropped afterwards."""
+    role = f"{prefix}_{connection.settings_dict['NAME']}"[:63]
     admin = psycopg.connect(dsn, autocommit=True)
     ident = pgsql.Identifier(role)
     if _role_exists(admin, role):  # left over by an interrupted run
@@ -86,7 +102,7 @@ def attacker(dsn: str) -> Iterator[str]:
         # table holds (max_locks_per_transaction) when other databases are busy too.
         admin.execute(pgsql.SQL("SET ROLE {}").format(ident))
         chunked = _Chunked(admin)
-        _plant(chunked)  # type: ignore[arg-type]
+        plant(chunked)  # type: ignore[arg-type]
         chunked.finish()
         admin.execute("RESET ROLE")
         yield role
@@ -245,8 +261,6 @@ def test_nothing_planted_runs_through_the_queue(attacker, connect):
     assert len(published) == 2 and len(published[0]) == 1
     assert publish("attack.nobody", {"n": 3}) == []
     # A worker's heartbeat row: registered, renamed when its name is taken, stopped, pruned.
-    import uuid
-
     from django.utils import timezone
 
     with connection.cursor() as cursor:
@@ -262,3 +276,216 @@ def test_nothing_planted_runs_through_the_queue(attacker, connect):
             {"name": "attacker-w", "instance": str(instance), "in_flight": 0, "processed": 0, "failed": 0},
         )
         cursor.fetchall()
+
+
+# ---------------------------------------------------------------------------------------
+# Look-alikes of the queue's own functions: every named statement passes every argument
+# ---------------------------------------------------------------------------------------
+
+CALL = re.compile(r"\b(lonnymq_\w+)\s*\(")
+# Looser types a look-alike may take instead of the real ones.
+LOOSER = {
+    "bigint": "numeric", "integer": "numeric", "smallint": "numeric", "bigint[]": "numeric[]",
+    "integer[]": "numeric[]", "uuid": "text", "uuid[]": "text[]", "jsonb": "text", "jsonb[]": "text[]",
+    "boolean": "text", "timestamp with time zone": "text", "regclass": "text",
+}  # fmt: skip
+
+
+def functions_the_statements_call(conn: psycopg.Connection) -> dict[str, tuple[list[str], int]]:
+    """Every queue function a named statement calls: its argument types and how many have defaults."""
+    called = {name for text in sql.queries().values() for name in CALL.findall(text)}
+    rows = conn.execute(
+        "SELECT p.proname, ARRAY(SELECT format_type(a.t, NULL) FROM unnest(p.proargtypes::oid[])"
+        "                        WITH ORDINALITY AS a(t, n) ORDER BY a.n), p.pronargdefaults"
+        "  FROM pg_proc p"
+        " WHERE p.proname = ANY (%s) AND p.pronamespace = current_schema()::regnamespace"
+        "   AND p.proowner = (SELECT relowner FROM pg_class WHERE oid = 'lonnymq_message'::regclass)",
+        [sorted(called)],
+    ).fetchall()
+    return {name: (list(types), defaults) for name, types, defaults in rows}
+
+
+def statement_calls(text: str) -> Iterator[tuple[str, int]]:
+    """(function, number of arguments passed) for each queue-function call in a statement."""
+    for match in CALL.finditer(text):
+        depth, commas, position, empty = 1, 0, match.end(), True
+        while depth:
+            char = text[position]
+            depth += {"(": 1, ")": -1}.get(char, 0)
+            commas += char == "," and depth == 1
+            empty = empty and (char.isspace() or depth == 0)
+            position += 1
+        yield match[1], 0 if empty else commas + 1
+
+
+def lookalikes(real: dict[str, tuple[list[str], int]]) -> list[tuple[str, list[str]]]:
+    """Overloads another role could plant beside each function: the first k arguments and one
+    more with a default (of another type), fewer arguments where the real ones have defaults,
+    and the arguments as looser types."""
+    taken = {(name, tuple(types)) for name, (types, _) in real.items()}
+    planted: list[tuple[str, list[str]]] = []
+
+    def add(name: str, types: list[str]) -> None:
+        if (name, tuple(types)) not in taken:
+            taken.add((name, tuple(types)))
+            planted.append((name, types))
+
+    for name, (types, defaults) in sorted(real.items()):
+        for k in range(len(types)):
+            extra = "interval" if types[k] != "interval" else "point"
+            add(name, [*types[:k], f"{extra} DEFAULT NULL"])
+        for k in range(len(types) - defaults, len(types)):
+            add(name, types[:k])
+        add(name, [LOOSER.get(t, t) for t in types])
+        add(name, ["text"] * len(types))
+    return planted
+
+
+def _plant_lookalikes(conn: psycopg.Connection) -> None:
+    for name, types in lookalikes(functions_the_statements_call(conn)):
+        arglist = ", ".join(types)
+        body = f"BEGIN RAISE EXCEPTION 'planted {name}({arglist}) ran'; END"
+        conn.execute(
+            pgsql.SQL("CREATE FUNCTION public.{}({}) RETURNS bigint LANGUAGE plpgsql AS {}").format(
+                pgsql.Identifier(name), pgsql.SQL(arglist), pgsql.Literal(body)
+            )
+        )
+
+
+@pytest.fixture
+def lookalike_planter(dsn: str) -> Iterator[str]:
+    with _planting_role(dsn, "lq_lookalikes", _plant_lookalikes) as role:
+        yield role
+
+
+def test_every_named_statement_passes_every_argument_of_the_functions_it_calls(connect):
+    real = functions_the_statements_call(connect())
+    assert {"lonnymq_dequeue_v1", "lonnymq_enqueue_v1", "lonnymq_now_ms_v1"} <= set(real)
+    short = [
+        f"{statement}: {function} gets {passed} of {len(real[function][0])} arguments"
+        for statement, text in sql.queries().items()
+        for function, passed in statement_calls(text)
+        if function in real and passed != len(real[function][0])
+    ]
+    assert short == []
+
+
+def _statements(ids: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Parameters for each named statement that calls a queue function, in an order where
+    each finds what the ones before made (``ids`` fills in as they run)."""
+    from django.utils import timezone
+
+    q, step = "lookalike", {"priority_step_ms": 1000, "tolerance_ms": 50}
+    one = {"queue": q, "channel": "a", "payload": '{"n": 1}', "run_at_ms": None, "delay_ms": None, "priority": 0,
+           "dedup_key": None, "max_attempts": 5, **step}  # fmt: skip
+    many = {"queue": q, "channels": ["a", "b", "b"], "payloads": ["1", "2", "3"], "run_at_ms": None,
+            "delay_ms": None, "priorities": None, "dedup_keys": None, "max_attempts": None,
+            "default_max_attempts": 5, **step}  # fmt: skip
+    task = {"result_id": str(uuid.uuid4()), "backend": "default", "task": "tests.testapp.tasks.add",
+            "args": [1, 2], "kwargs": {}}  # fmt: skip
+    worker = {"name": "lookalike-w", "instance": str(uuid.uuid4())}
+    # fmt: off
+    return [
+        ("enqueue", one),
+        ("enqueue_traced", {**one, "context": "{}"}),
+        ("enqueue_many", many),
+        ("enqueue_many_traced", {**many, "context": "{}"}),
+        ("enqueue_task", {"queue": "default", "channel": "t", "payload": json.dumps(task), "run_at_ms": None,
+                          "priority": 0, "max_attempts": 3, "run_after": None, "enqueued_at": timezone.now(),
+                          **step}),
+        ("configure_channel", {"queue": q, "channel": "a", "max_concurrency": 50, "unlimited": False,
+                               "release_interval_ms": None, "paused": None, "weight": None, "rate_count": None,
+                               "rate_period_ms": None, "rate_burst": None, "no_rate": False}),
+        ("configure_queue", {"queue": "lookalike_other", "max_concurrency": 10, "unlimited": False,
+                             "rate_count": None, "rate_period_ms": None, "rate_burst": None, "no_rate": False}),
+        ("dequeue", {"queue": q, "batch_size": 10, "lease_ms": 60_000, "worker": "w", "tolerance_ms": 50}),
+        ("extend", lambda: {"ids": ids["leased"][:1], "tokens": ids["tokens"][:1], "lease_ms": 60_000}),
+        ("ack", lambda: {"ids": ids["leased"][:1], "tokens": ids["tokens"][:1]}),
+        ("fail", lambda: {"id": ids["leased"][1], "token": ids["tokens"][1], "error": "boom", "retry_delay_ms": None,
+                          "reason": "discarded", "backoff_base_ms": 1000, "backoff_max_ms": 60_000,
+                          "tolerance_ms": 50}),
+        ("release", lambda: {"ids": ids["leased"][2:], "tokens": ids["tokens"][2:], "tolerance_ms": 50}),
+        ("reap", {"limit": 100, "dedup_window_ms": 86_400_000, "tolerance_ms": 50}),
+        ("requeue_dead", lambda: {"ids": [ids["leased"][1]], "reset_attempts": True, "tolerance_ms": 50}),
+        ("run_now", lambda: {"ids": [ids["leased"][1]], "tolerance_ms": 50}),
+        ("cancel", lambda: {"ids": [ids["leased"][1]], "missing_ok": False}),
+        ("purge_dead", {"ids": []}),
+        ("channel_counts", lambda: {"ids": ids["channels"], "cap": 100}),
+        ("purge_channel", lambda: {"channel_id": ids["channels"][-1]}),
+        ("delete_channel", lambda: {"id": ids["channels"][-1]}),
+        ("record_samples", {"keep_ms": 60_000}),
+        ("record_samples_due", {"interval_ms": 1_000, "keep_ms": 60_000}),
+        ("check", {"grace_ms": 1_000}),
+        ("next_due", {"queues": [q]}),
+        ("pending", {"queues": [q]}),
+        ("worker_beat", {**worker, "host": "h", "pid": 1, "queues": [q], "concurrency": 1,
+                         "started_at": timezone.now(), "in_flight": 0, "processed": 0, "failed": 0,
+                         "lost_after_ms": 30_000, "prune_after_ms": 60_000}),
+        ("worker_stop", {**worker, "in_flight": 0, "processed": 0, "failed": 0}),
+        ("subscribe", {"topics": ["lookalike.topic"], "queues": ["lookalike_group"]}),
+        ("publish", {"topic": "lookalike.topic", "keys": None, "payloads": ["{}"], "run_at_ms": None,
+                     "dedup_keys": None, "default_max_attempts": 5, **step}),
+        ("now_ms", {}),
+        ("claim_schedules", {"now_ms": None, "queues": [q], "limit": 10}),
+        ("fire_schedule", {"id": 1, "claimed_at": 1, "ticks": [], "next_tick_at": None, "error": None,
+                           "default_max_attempts": 5, **step}),
+        ("sync_schedules", {"queues": [q], "names": [], "declared": [], "next_tick_ats": []}),
+        ("queue_stats", {"queues": [q]}),
+        ("estimated_rows", {"table": "lonnymq_message"}),
+        ("expired_leases", {"grace_ms": 1_000}),
+        ("queue_tenants", {"queue": q, "limit": 20, "cap": 100}),
+    ]
+    # fmt: on
+
+
+def test_every_named_statement_calls_the_real_function_past_planted_lookalikes(lookalike_planter, connect):
+    conn = connect()
+    real = functions_the_statements_call(conn)
+    planted = conn.execute(
+        "SELECT count(*) FROM pg_proc WHERE pronamespace = 'public'::regnamespace AND proowner = %s::regrole",
+        [lookalike_planter],
+    ).fetchone()[0]
+    assert planted == len(lookalikes(real)) > 3 * len(real)
+    ids: dict[str, Any] = {}
+    statements = _statements(ids)
+    calling = {name for name, text in sql.queries().items() if set(CALL.findall(text)) & set(real)}
+    assert {name for name, _ in statements} == calling, "every statement that calls a queue function runs"
+    results: dict[str, list[tuple[Any, ...]]] = {}
+    for name, params in statements:
+        # A planted function would raise "planted ... ran"; a tie, AmbiguousFunction.
+        found = conn.execute(sql.query(name), params() if callable(params) else params)
+        results[name] = found.fetchall() if found.description is not None else []
+        if name == "dequeue":
+            ids["leased"] = [row[0] for row in results[name]]
+            ids["tokens"] = [row[8] for row in results[name]]
+            ids["channels"] = [
+                row[0] for row in conn.execute(
+                    "SELECT id FROM lonnymq_channel WHERE queue = 'lookalike' ORDER BY name"
+                ).fetchall()
+            ]  # fmt: skip
+    conn.commit()
+    # What the real functions return.
+    assert len(results["enqueue_many"][0][0]) == 3 and len(ids["leased"]) >= 3
+    assert results["ack"] == [(ids["leased"][:1],)]
+    assert results["cancel"] == [(ids["leased"][1], False)]
+    assert results["worker_stop"] and results["subscribe"] == [(1,)] and len(results["publish"]) == 1
+    assert results["sync_schedules"] == [(0, 0, 0)] and results["fire_schedule"] == [(None,)]
+
+
+def test_a_lookalike_taking_every_argument_and_one_more_makes_the_call_ambiguous_never_run(connect, dsn):
+    """The limit of what a caller can do: a look-alike in the app's own schema that takes
+    every argument and one more with a default ties with the real function whatever the call
+    passes. PostgreSQL refuses the call (AmbiguousFunction); the look-alike never runs. So no
+    other role may create objects in the app's schema (docs/admin.md, Database privileges)."""
+
+    def plant(conn: psycopg.Connection) -> None:
+        conn.execute(
+            "CREATE FUNCTION public.lonnymq_next_due_v1(text[], extra interval DEFAULT NULL) RETURNS bigint"
+            " LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'planted ran'; END $$"
+        )
+
+    conn = connect()
+    if conn.execute("SELECT current_schema() <> 'public'").fetchone()[0]:
+        pytest.skip("the app is not installed in public here")
+    with _planting_role(dsn, "lq_one_more", plant), pytest.raises(psycopg.errors.AmbiguousFunction):
+        conn.execute(sql.query("next_due"), {"queues": ["q"]})
