@@ -11,6 +11,10 @@ back as :attr:`Message.scheduled_at <django_lonnymq.Message.scheduled_at>`.
 Ticks are whole seconds (cron) or multiples of the interval since the Unix epoch (``every``).
 After downtime, at most ``catch_up`` of the missed ticks are enqueued: the latest ones.
 Daylight saving time follows Debian's cron (cronsim): docs/periodic.md.
+
+Every cron computation is bounded (steps of each walk, steps and CPU time of one schedule's
+computation at a check, the wall time of a check's computations): a walk that does not end
+fails its own schedule, never the worker (docs/periodic.md, "Bounds").
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import math
 import random
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -47,6 +51,20 @@ MIN_EVERY = timedelta(seconds=1)
 MAX_CATCH_UP = 1000
 _BACKOFF_FIRST = 0.5
 _BACKOFF_MAX = 30.0
+
+# A cron walk is cronsim's loop from a time to the next (or previous) match, one step per turn
+# (a month, day, hour or minute that does not match). cronsim gives up after 50 years, about
+# 2,000 steps at most; across some clock changes it walks back forever (Greenland's
+# 2026-03-28: docs/periodic.md, "Bounds"). A walk past this many steps is given up.
+CRON_WALK_STEPS = 10_000
+# One schedule's computation at a check (its due ticks and its next tick): at most this many
+# steps in all (1,000 ticks of catch-up take about 12,000) and this much CPU time of the
+# thread (not wall time: handler threads holding the GIL cannot make a sound walk fail).
+CRON_CHECK_STEPS = 200_000
+CRON_CHECK_SECONDS = 2.0
+# A tick check starts no schedule's computation after this many seconds (it always makes
+# the first); the rest of its batch stays due, and the worker checks again at once.
+TICK_BUDGET = 0.5
 
 
 # ---------------------------------------------------------------------------------------
@@ -90,12 +108,12 @@ def check_cron(value: Any, field: str = "cron") -> str:
             value,
         )
     try:
-        next(CronSim(value, datetime.now(UTC)))
+        walk = _Walk(value, datetime.now(UTC), reverse=False, budget=_Budget())
     except CronSimError as exc:
         raise InvalidArgument(field, f"is not a valid cron expression ({exc})", value) from None
-    except StopIteration:
-        raise InvalidArgument(field, "never matches within 50 years", value) from None
-    return value
+    for _ in _walked(walk, value, "UTC", field):
+        return value
+    raise InvalidArgument(field, "never matches within 50 years", value)
 
 
 def check_every(value: Any, field: str = "every") -> int:
@@ -110,6 +128,75 @@ def check_every(value: Any, field: str = "every") -> int:
     if seconds < MIN_EVERY.total_seconds() or seconds > MAX_INTERVAL.total_seconds():
         raise InvalidArgument(field, "must be between 1 second and 366 days", value)
     return round(seconds * 1000)
+
+
+class _Budget:
+    """What one schedule's computation may spend: steps of its walks, and CPU time."""
+
+    def __init__(self, steps: int = CRON_CHECK_STEPS, seconds: float = CRON_CHECK_SECONDS):
+        self.steps = steps
+        self.seconds = seconds
+        self.left = steps
+        self.deadline = time.thread_time() + seconds
+
+
+class _Exhausted(Exception):  # noqa: N818 - internal, turned into InvalidArgument
+    """A walk went past a bound; ``args[0]`` says which."""
+
+
+class _Walk(CronSim):
+    """cronsim's walk, counting its steps against :data:`CRON_WALK_STEPS` and a :class:`_Budget`.
+
+    Each turn of cronsim's search loop (``advance``/``reverse``) starts with the month, so
+    counting those calls counts the turns.
+    """
+
+    def __init__(self, expr: str, dt: datetime, *, reverse: bool, budget: _Budget):
+        super().__init__(expr, dt, reverse=reverse)
+        self.budget = budget
+        self.walk_left = CRON_WALK_STEPS
+
+    def __next__(self) -> datetime:
+        self.walk_left = CRON_WALK_STEPS
+        return super().__next__()
+
+    def _step(self) -> None:
+        self.walk_left -= 1
+        budget = self.budget
+        budget.left -= 1
+        if self.walk_left < 0:
+            raise _Exhausted(f"found no tick within {CRON_WALK_STEPS} steps")
+        if budget.left < 0:
+            raise _Exhausted(f"used up the {budget.steps} steps of one computation")
+        if budget.left % 64 == 0 and time.thread_time() > budget.deadline:
+            raise _Exhausted(f"used up the {budget.seconds:g} s of CPU time of one computation")
+
+    def advance_month(self) -> None:
+        self._step()
+        super().advance_month()
+
+    def reverse_month(self) -> None:
+        self._step()
+        super().reverse_month()
+
+
+def _walked(walk: _Walk, cron: str, timezone: str, field: str = "cron") -> Iterator[int]:
+    """The ticks of a walk in ms; a bound passed raises InvalidArgument saying where."""
+    start = walk.dt.replace(tzinfo=walk.fixup_tz) if walk.fixup_tz else walk.dt
+    while True:
+        try:
+            moment = next(walk)
+        except StopIteration:
+            return
+        except _Exhausted as exc:
+            direction = "back" if walk.tick_direction < 0 else "forward"
+            raise InvalidArgument(
+                field,
+                f"could not be computed in {timezone}: the walk {direction} from "
+                f"{start.isoformat()} {exc.args[0]}",
+                cron,
+            ) from None
+        yield _ms(moment)
 
 
 def _dt(ms: int, zone: ZoneInfo) -> datetime:
@@ -137,17 +224,22 @@ class Timing:
             check_every(timedelta(milliseconds=self.every_ms or 0))
         _zone(self.timezone)
 
-    def next_after(self, ms: int) -> int:
-        """The first tick later than ``ms``."""
+    def _walk(self, from_ms: int, *, reverse: bool, budget: _Budget | None) -> Iterator[int]:
+        assert self.cron is not None
+        zone = _zone(self.timezone)
+        walk = _Walk(self.cron, _dt(from_ms, zone), reverse=reverse, budget=budget or _Budget())
+        return _walked(walk, self.cron, self.timezone)
+
+    def next_after(self, ms: int, budget: _Budget | None = None) -> int:
+        """The first tick later than ``ms``. A walk past its bounds raises InvalidArgument;
+        ``budget`` is shared with the rest of a schedule's computation (default: its own)."""
         if self.every_ms is not None:
             return (ms // self.every_ms + 1) * self.every_ms
-        assert self.cron is not None
-        try:
-            return _ms(next(CronSim(self.cron, _dt(ms, _zone(self.timezone)))))
-        except StopIteration:
-            raise InvalidArgument("cron", "never matches within 50 years", self.cron) from None
+        for at in self._walk(ms, reverse=False, budget=budget):
+            return at
+        raise InvalidArgument("cron", "never matches within 50 years", self.cron)
 
-    def due(self, first_ms: int, now_ms: int, limit: int) -> list[int]:
+    def due(self, first_ms: int, now_ms: int, limit: int, budget: _Budget | None = None) -> list[int]:
         """The ticks from ``first_ms`` to ``now_ms`` (both included): the latest ``limit``, in order."""
         if first_ms > now_ms:
             return []
@@ -157,23 +249,20 @@ class Timing:
                 return []
             count = min(limit, (latest - first_ms) // self.every_ms + 1)
             return [latest - self.every_ms * i for i in range(count - 1, -1, -1)]
-        assert self.cron is not None
-        zone = _zone(self.timezone)
+        budget = budget or _Budget()
         # Going back from now finds where the latest `limit` ticks start without walking a
         # long downtime tick by tick; the ticks themselves come from walking forward, as
         # next_after() does, so both agree on every DST day.
         start = first_ms
         found = 0
-        for moment in CronSim(self.cron, _dt(now_ms + 1000, zone), reverse=True):
-            at = _ms(moment)
+        for at in self._walk(now_ms + 1000, reverse=True, budget=budget):
             if at < first_ms:
                 break
             start, found = at, found + 1
             if found >= limit:
                 break
         ticks: deque[int] = deque(maxlen=limit)
-        for moment in CronSim(self.cron, _dt(start - 1000, zone)):
-            at = _ms(moment)
+        for at in self._walk(start - 1000, reverse=False, budget=budget):
             if at > now_ms:
                 break
             if at >= first_ms:
@@ -368,15 +457,40 @@ def sync(
             "queues": None if queues is None else list(queues),
             "names": [d.name for d in chosen],
             "declared": [json.dumps(d.declared(), sort_keys=True) for d in chosen],
-            "next_tick_ats": [d.timing.next_after(now_ms) for d in chosen],
+            "next_tick_ats": [_first_tick_or_now(d, now_ms) for d in chosen],
         }
         added, changed, removed = db.run(conn, "sync_schedules", params)[0]
     return SyncResult(int(added), int(changed), int(removed))
 
 
-def tick(conn: Any, queues: Sequence[str], *, now_ms: int | None = None, limit: int = CLAIM_BATCH) -> int:
+def _first_tick_or_now(declaration: Declaration, now_ms: int) -> int:
+    """A declaration's first tick from now; now if it cannot be computed, so that the next
+    check parks that schedule with the reason (one declaration never stops the others' sync)."""
+    try:
+        return declaration.timing.next_after(now_ms)
+    except InvalidArgument as exc:
+        logger.error("schedule %s: %s; the next tick check parks it", declaration.name, exc)
+        return now_ms
+
+
+def tick(
+    conn: Any,
+    queues: Sequence[str],
+    *,
+    now_ms: int | None = None,
+    limit: int = CLAIM_BATCH,
+    budget: float = TICK_BUDGET,
+) -> int:
     """Enqueue the due ticks of ``queues``' schedules, in one transaction. Returns how many
-    schedules were due (claimed); ``now_ms`` replaces the database's clock (tests)."""
+    schedules it fired or parked; ``now_ms`` replaces the database's clock (tests). After
+    ``budget`` seconds of computing it starts no other schedule's: those stay due."""
+    return _check(conn, queues, now_ms=now_ms, limit=limit, budget=budget)[0]
+
+
+def _check(
+    conn: Any, queues: Sequence[str], *, now_ms: int | None, limit: int, budget: float
+) -> tuple[int, bool]:
+    """:func:`tick`; and whether schedules may be due still (a full batch, or one cut short)."""
     common = {
         "default_max_attempts": settings.MAX_ATTEMPTS,
         "priority_step_ms": settings.ms("PRIORITY_STEP"),
@@ -384,16 +498,18 @@ def tick(conn: Any, queues: Sequence[str], *, now_ms: int | None = None, limit: 
     }
     with sql_errors(), conn.transaction():
         rows = db.run(conn, "claim_schedules", {"queues": list(queues), "now_ms": now_ms, "limit": limit})
-        for schedule_id, cron, every_ms, zone, catch_up, next_tick_at, now in rows:
-            error = None
-            try:
-                timing = _timing(cron, every_ms, zone)
-                ticks = timing.due(next_tick_at, now, catch_up)
-                following = timing.next_after(now)
-            except InvalidArgument as exc:  # a row written around the checks: park it, say why
-                ticks, following, error = [], None, str(exc)
-                logger.error("schedule %s cannot tick: %s", schedule_id, exc)
-            fire = {"id": schedule_id, "claimed_at": next_tick_at, "ticks": ticks, "next_tick_at": following}
+        # Compute every tick first, holding no lock but the claimed schedule rows' (for a
+        # bounded time: each computation, and the check's budget), then fire: no enqueue's
+        # channel lock is ever held while a computation runs.
+        stop_at = time.monotonic() + budget
+        fires: list[tuple[dict[str, Any], str | None]] = []
+        for row in rows:
+            if fires and time.monotonic() >= stop_at:
+                logger.info("periodic schedules: %d due ones left for the next check", len(rows) - len(fires))
+                break
+            fires.append(_computed(row))
+        for fire, error in fires:
+            schedule_id = fire["id"]
             try:
                 with conn.transaction():  # a savepoint: one schedule's failure is its own
                     db.run(conn, "fire_schedule", {**fire, "error": error, **common})
@@ -407,7 +523,26 @@ def tick(conn: Any, queues: Sequence[str], *, now_ms: int | None = None, limit: 
                 logger.error("schedule %s cannot tick: %s", schedule_id, _first_line(exc))
                 parked = {**fire, "ticks": [], "next_tick_at": None, "error": _first_line(exc)}
                 db.run(conn, "fire_schedule", {**parked, **common})
-    return len(rows)
+    return len(fires), len(fires) < len(rows) or len(rows) >= limit
+
+
+def _computed(row: Sequence[Any]) -> tuple[dict[str, Any], str | None]:
+    """A claimed schedule's ``fire_schedule`` arguments, and the error that parks it (a timing
+    that cannot be computed within the bounds, or a row written around the checks)."""
+    schedule_id, cron, every_ms, zone, catch_up, next_tick_at, now = row
+    error = None
+    try:
+        timing = _timing(cron, every_ms, zone)
+        budget = _Budget()
+        ticks = timing.due(next_tick_at, now, catch_up, budget)
+        following: int | None = timing.next_after(now, budget)
+    except InvalidArgument as exc:
+        ticks, following, error = [], None, str(exc)
+    except Exception as exc:  # noqa: BLE001 - whatever a row holds, it parks only itself
+        ticks, following, error = [], None, _first_line(exc)
+    if error is not None:
+        logger.error("schedule %s cannot tick: %s", schedule_id, error)
+    return {"id": schedule_id, "claimed_at": next_tick_at, "ticks": ticks, "next_tick_at": following}, error
 
 
 def _first_line(exc: BaseException) -> str:
@@ -424,12 +559,15 @@ class Ticker:
     """A worker's periodic duty: sync the declarations once, then tick on its own clock.
 
     :meth:`run` never raises: a failure is logged and retried after a back-off, so no
-    schedule (or database error) can stop the worker.
+    schedule (or database error) can stop the worker. A run computes for at most ``budget``
+    seconds plus one schedule's bounded computation (:data:`CRON_CHECK_STEPS`,
+    :data:`CRON_CHECK_SECONDS`), so the worker's heartbeat and signals are never held up long.
     """
 
-    def __init__(self, queues: Sequence[str], *, interval: float):
+    def __init__(self, queues: Sequence[str], *, interval: float, budget: float = TICK_BUDGET):
         self.queues = list(queues)
         self.interval = interval
+        self.budget = budget
         self.synced = False
         self._next_at = 0.0
         self._backoff = 0.0
@@ -442,7 +580,7 @@ class Ticker:
         try:
             if not self.synced:
                 self._sync(conn)
-            claimed = tick(conn, self.queues)
+            _, more = _check(conn, self.queues, now_ms=None, limit=CLAIM_BATCH, budget=self.budget)
         except Exception as exc:  # noqa: BLE001 - a tick must never stop the worker
             base = min(self._backoff * 2, _BACKOFF_MAX) if self._backoff else _BACKOFF_FIRST
             self._backoff = base * random.uniform(0.75, 1.0)
@@ -457,7 +595,7 @@ class Ticker:
             )
             return
         self._backoff = 0.0
-        self._next_at = now if claimed >= CLAIM_BATCH else now + self.interval
+        self._next_at = now if more else now + self.interval
 
     def _sync(self, conn: Any) -> None:
         if not _discovered:

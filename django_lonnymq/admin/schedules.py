@@ -39,6 +39,9 @@ class ScheduleForm(forms.ModelForm):
         help_text="A fixed interval instead of a cron expression (at least 1 second).",
     )
 
+    # The first tick of the timing as cleaned (None when the form has errors).
+    first_tick_at: int | None = None
+
     class Meta:
         model = Schedule
         fields = [
@@ -88,6 +91,13 @@ class ScheduleForm(forms.ModelForm):
         payload = {} if data.get("payload") is None else data["payload"]
         data["payload"] = payload
         self._check("payload", lambda v: arguments.payload(v), payload)
+        if not self.errors:
+            # The first tick in the schedule's zone, with the bounds of a worker's check: a
+            # timing no walk can compute is refused here, not at save.
+            field = "cron" if cron is not None else "every_seconds"
+            self.first_tick_at = self._check(
+                field, lambda _: schedules.first_tick(cron, every_ms, data.get("timezone") or "UTC"), None
+            )
         return data
 
 
@@ -204,9 +214,17 @@ class ScheduleAdmin(admin.ModelAdmin):
         if "every_seconds" in changed:
             changed.add("every_ms")
         changed.discard("every_seconds")
-        retime = not change or bool(changed & set(TIMING_FIELDS)) or ("enabled" in changed and obj.enabled)
+        retime = (
+            not change
+            or bool(changed & set(TIMING_FIELDS))
+            or ("enabled" in changed and obj.enabled)
+            or (obj.enabled and obj.next_tick_at is None)  # parked by an error: saving retries it
+        )
         if retime:
-            obj.next_tick_at = schedules.first_tick(obj.cron, obj.every_ms, obj.timezone)
+            first = getattr(form, "first_tick_at", None)
+            obj.next_tick_at = (
+                first if first is not None else schedules.first_tick(obj.cron, obj.every_ms, obj.timezone)
+            )
             obj.last_error = None
             changed |= {"next_tick_at", "last_error"}
         if not change:

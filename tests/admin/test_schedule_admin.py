@@ -201,3 +201,20 @@ def test_the_next_tick_shown_is_the_stored_one(admin_client):
     shown = datetime.fromtimestamp(row.next_tick_at / 1000, UTC) + timedelta(0)
     page = admin_client.get(change_url(row)).content.decode()
     assert str(shown.year) in page
+
+
+def test_saving_a_parked_schedule_gives_it_a_next_tick_and_clears_its_error(admin_client):
+    """A check parked it (no next tick, the reason in last_error): saving it again, even
+    unchanged, is how an operator retries it."""
+    row = schedule("parked", cron="0 * 28 * *", timezone="America/Nuuk")
+    reason = "cron could not be computed in America/Nuuk: the walk back ... found no tick within 10000 steps"
+    Schedule.objects.filter(pk=row.pk).update(next_tick_at=None, last_error=reason)
+    assert reason[:60] in admin_client.get(CHANGELIST).content.decode()
+    data = form_data(
+        name="parked", cron="0 * 28 * *", timezone="America/Nuuk", channel="default", payload="{}"
+    )
+    before = api.now_ms()
+    response = admin_client.post(change_url(row), data)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    row.refresh_from_db()
+    assert row.last_error is None and row.next_tick_at > before

@@ -8,6 +8,7 @@ not offer today.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -427,3 +428,125 @@ def test_a_schedule_whose_enqueue_fails_is_parked_and_the_others_still_tick(decl
     assert poison.next_tick_at is None and "poison refused" in poison.last_error
     assert healthy.last_tick_at is not None and healthy.last_error is None
     assert [m[1] for m in messages(conn)] == [f"lonnymq.periodic:{healthy.id}:{healthy.last_tick_at}"]
+
+
+# ---------------------------------------------------------------------------------------
+# Bounded cron walks. cronsim walks back forever across Greenland's clock change of
+# 2026-03-28 (the local hour 23:00-24:00 of that day does not exist): a tick check must give
+# that schedule up at once, with the reason on its row, and tick the others of its batch.
+# ---------------------------------------------------------------------------------------
+
+GREENLAND = ["America/Nuuk", "America/Godthab", "America/Scoresbysund"]
+
+
+def _tick_or_fail(conn: psycopg.Connection, connect, now_ms: int, seconds: float = 20.0) -> int:
+    """``tick()`` in a thread: a check that does not return within ``seconds`` fails the test
+    (its session is ended, so its locks go) instead of hanging the suite."""
+    import threading
+
+    result: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            result["claimed"] = tick(conn, [QUEUE], now_ms=now_ms)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            result["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        connect().execute("SELECT pg_terminate_backend(%s)", [conn.info.backend_pid])
+        pytest.fail(f"the tick check did not return within {seconds:.0f} s")
+    if "error" in result:
+        raise result["error"]  # type: ignore[misc]
+    return int(result["claimed"])  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize("zone", GREENLAND)
+@pytest.mark.parametrize("case", ["catch-up-2-at-the-april-tick", "catch-up-1-after-downtime"])
+def test_a_cron_walk_that_does_not_end_fails_its_schedule_alone(conn, connect, admin_client, zone, case):
+    local = ZoneInfo(zone)
+    if case == "catch-up-2-at-the-april-tick":
+        # The 2026-04-28 00:00 tick of `0 * 28 * *`: finding the tick before it walks back
+        # into 2026-03-28.
+        first, now, catch_up = ms(datetime(2026, 4, 28, tzinfo=local)), None, 2
+        now = first + 10_000
+    else:
+        # The 22:00 tick of 2026-03-28 (the last that day) missed: the worker is back the next
+        # morning.
+        first = ms(datetime(2026, 3, 28, 22, tzinfo=local))
+        now, catch_up = ms(datetime(2026, 3, 29, 9, tzinfo=local)), 1
+    stuck = Schedule.objects.create(
+        name="greenland", queue=QUEUE, channel="nuuk", cron="0 * 28 * *", timezone=zone,
+        catch_up=catch_up, next_tick_at=first,
+    )  # fmt: skip
+    # Due after the stuck one, so it comes later in the same batch.
+    healthy = Schedule.objects.create(
+        name="healthy", queue=QUEUE, channel="fine", every_ms=10_000, next_tick_at=now - now % 10_000
+    )
+    started = time.monotonic()
+    assert _tick_or_fail(conn, connect, now) == 2
+    assert time.monotonic() - started < 10
+
+    stuck.refresh_from_db()
+    healthy.refresh_from_db()
+    assert stuck.next_tick_at is None and stuck.enabled  # parked, not paused
+    assert stuck.last_error.startswith("cron could not be computed"), stuck.last_error
+    assert zone in stuck.last_error and "steps" in stuck.last_error
+    assert healthy.last_error is None and healthy.last_tick_at == now - now % 10_000
+    assert [m[1] for m in messages(conn)] == [f"lonnymq.periodic:{healthy.id}:{healthy.last_tick_at}"]
+    # Nothing stays locked: the next check claims nothing of it, at once.
+    assert _tick_or_fail(conn, connect, now) == 0
+    # The operator sees why, on the list and on the schedule's page.
+    from django.urls import reverse
+
+    listing = admin_client.get(reverse("admin:django_lonnymq_schedule_changelist")).content.decode()
+    assert "cron could not be computed" in listing
+    page = admin_client.get(reverse("admin:django_lonnymq_schedule_change", args=[stuck.pk])).content
+    assert zone in page.decode() and "steps" in page.decode()
+
+
+@pytest.mark.parametrize("zone", GREENLAND)
+def test_timing_gives_up_a_walk_that_does_not_end_at_once(zone):
+    timing = Timing("0 * 28 * *", None, zone)
+    april = ms(datetime(2026, 4, 28, tzinfo=ZoneInfo(zone)))
+    started = time.monotonic()
+    with pytest.raises(InvalidArgument) as raised:
+        timing.due(april, april, 2)
+    assert raised.value.field == "cron" and raised.value.value == "0 * 28 * *"
+    assert zone in str(raised.value) and "steps" in str(raised.value)
+    assert time.monotonic() - started < 5
+    # The walk forward has no such trouble: the next tick is May's.
+    assert timing.next_after(april) == april + 3_600_000
+
+
+def test_a_tick_check_computes_for_a_bounded_time_and_leaves_the_rest_due(declared, conn):
+    """Past its time budget a check starts no more computations (the first is always made):
+    the rest of the batch stays due, unlocked, for the next check."""
+    for n in range(3):
+        Schedule.objects.create(
+            name=f"b{n}", queue=QUEUE, channel=f"c{n}", every_ms=10_000, next_tick_at=10_000
+        )
+    assert tick(conn, [QUEUE], now_ms=20_000, budget=0.0) == 1
+    assert Schedule.objects.filter(next_tick_at=10_000).count() == 2
+    assert tick(conn, [QUEUE], now_ms=20_000, budget=0.0) == 1
+    assert tick(conn, [QUEUE], now_ms=20_000) == 1
+    assert len(messages(conn)) == 3
+
+
+def test_the_ticker_checks_again_at_once_when_a_check_was_cut_short(conn):
+    for n in range(3):
+        Schedule.objects.create(
+            name=f"t{n}", queue=QUEUE, channel=f"c{n}", every_ms=3_600_000, next_tick_at=3_600_000
+        )
+    ticker = schedules.Ticker([QUEUE], interval=3600, budget=0.0)
+    ticker.synced = True  # this test's rows only
+    for done in (1, 2, 3):
+        ticker.run(conn)
+        assert Schedule.objects.exclude(next_tick_at=3_600_000).count() == done
+        if done < 3:  # schedules were left due: the next check is now
+            assert ticker._next_at <= time.monotonic()
+    # Nothing was left: the next check is an interval away.
+    assert ticker._next_at > time.monotonic() + 3000
+    assert len(messages(conn)) == 3
