@@ -7,6 +7,7 @@ Imports no page module (and not the package): every page imports this one.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -40,6 +41,12 @@ CHANNEL_FILTER_LIMIT = 100
 def ms_to_datetime(ms: int | None) -> datetime | None:
     """Queue time (ms since the epoch) as an aware datetime."""
     return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def now_ms() -> int:
+    """The time now in ms since the epoch (the page's clock: close enough to the queue's to
+    tell past from future on a page)."""
+    return int(time.time() * 1000)
 
 
 def when(value: datetime | int | None) -> str:
@@ -244,7 +251,10 @@ class ReadOnlyQueueAdmin(admin.ModelAdmin):
 
     @admin.display(description="last error")
     def error_excerpt(self, obj: Any) -> str:
-        return excerpt(obj.last_error)
+        short = excerpt(obj.last_error, 40)
+        if not short:
+            return "-"
+        return format_html('<span title="{}">{}</span>', excerpt(obj.last_error, 500), short)
 
     @admin.display(description="payload")
     def payload_pretty(self, obj: Any) -> str:

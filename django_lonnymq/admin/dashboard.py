@@ -156,7 +156,7 @@ def tenants(queue: str, current: QueueSample, *, using: str) -> list[dict[str, A
                 "warn": state in ("ready, waiting for a worker", "at its cap", "waiting for its rate limit"),
                 "paused": paused,
                 "at_cap": at_cap,
-                "ready": count_text(ready) if not paused else f"paused ({count_text(ready)})",
+                "ready": count_text(ready) if not paused else f"paused ({count_text(ready + scheduled)})",
                 "scheduled": count_text(scheduled),
                 "waited": format_age((now_ms - head_at) / 1000) if waiting else "-",
                 "in_flight": f"{in_flight:,} / {max_concurrency:,}"
@@ -165,7 +165,7 @@ def tenants(queue: str, current: QueueSample, *, using: str) -> list[dict[str, A
                 "limits": " · ".join(text for text in limits if text) or "-",
                 "released": released,
                 "share": "-" if share is None else f"{share:.0%}" if share >= 0.01 or not released else "<1%",
-                "next_release": when(next_at) if next_at is not None and next_at > now_ms else "-",
+                "next_release": "-" if paused or next_at is None or next_at <= now_ms else when(next_at),
                 "last_release": when(last_at),
             }
         )

@@ -16,7 +16,7 @@ from django.http import HttpRequest
 
 from .. import api
 from ..models import QueueConfig
-from .common import RateField, ms_to_datetime, rate_text
+from .common import RateField, now_ms, rate_text, when
 
 
 class QueueConfigForm(forms.ModelForm):
@@ -54,6 +54,7 @@ class QueueConfigAdmin(admin.ModelAdmin):
     list_display = ("queue", "cap", "rate_display", "in_flight_now", "next_token")
     readonly_fields = ("in_flight_now", "next_token", "updated_at")
     search_fields = ("queue",)
+    show_facets = admin.ShowFacets.NEVER
 
     @admin.display(description="max concurrency")
     def cap(self, obj: QueueConfig) -> str:
@@ -70,8 +71,11 @@ class QueueConfigAdmin(admin.ModelAdmin):
         return f"{obj.in_flight:,} / {obj.max_concurrency:,}"
 
     @admin.display(description="next token")
-    def next_token(self, obj: QueueConfig) -> Any:
-        return ms_to_datetime(obj.next_token_at) or "-"
+    def next_token(self, obj: QueueConfig) -> str:
+        """When the next token is due, only while one is owed ("-": a full bucket, or no rate)."""
+        if obj.rate_count is None or obj.next_token_at is None or obj.next_token_at <= now_ms():
+            return "-"
+        return when(obj.next_token_at)
 
     def get_readonly_fields(self, request: HttpRequest, obj: QueueConfig | None = None) -> Any:
         return self.readonly_fields if obj is None else ("queue", *self.readonly_fields)

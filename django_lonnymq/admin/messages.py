@@ -6,7 +6,6 @@ Counts never scan a large table (:class:`.common.EstimatedCountPaginator`).
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from django.contrib import admin
@@ -26,8 +25,8 @@ from .common import (
     has_perm,
     in_channels,
     leased_by_link,
-    ms_to_datetime,
     run_in_batches,
+    when,
 )
 
 
@@ -87,14 +86,11 @@ class StateFilter(admin.SimpleListFilter):
 class MessageAdmin(ReadOnlyQueueAdmin):
     list_display = (
         "id",
-        "queue",
-        "channel_name",
+        "channel_display",
         "state_display",
         "due",
         "attempts_display",
         "leased_by_display",
-        "lease_expires",
-        "enqueued_at",
         "error_excerpt",
     )
     list_filter = (QueueFilter, ChannelFilter, StateFilter)
@@ -120,13 +116,9 @@ class MessageAdmin(ReadOnlyQueueAdmin):
     )
     readonly_fields = fields
 
-    @admin.display(description="queue")
-    def queue(self, obj: Message) -> str:
-        return obj.channel.queue
-
     @admin.display(description="channel")
-    def channel_name(self, obj: Message) -> str:
-        return obj.channel.name
+    def channel_display(self, obj: Message) -> str:
+        return str(obj.channel)  # queue/name
 
     @admin.display(description="state")
     def state_display(self, obj: Message) -> str:
@@ -137,12 +129,12 @@ class MessageAdmin(ReadOnlyQueueAdmin):
         return leased_by_link(obj)
 
     @admin.display(description="due")
-    def due(self, obj: Message) -> datetime | None:
-        return ms_to_datetime(obj.dequeue_at)
+    def due(self, obj: Message) -> str:
+        return when(obj.dequeue_at)
 
     @admin.display(description="lease expires")
-    def lease_expires(self, obj: Message) -> datetime | None:
-        return ms_to_datetime(obj.lease_until)
+    def lease_expires(self, obj: Message) -> str:
+        return when(obj.lease_until)
 
     def has_cancel_permission(self, request: HttpRequest) -> bool:
         return has_perm(request, Message, "delete")

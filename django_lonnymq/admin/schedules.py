@@ -10,7 +10,6 @@ permission, as the rest of the admin does.
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from typing import Any
 
 from django import forms
@@ -24,7 +23,7 @@ from django.utils.http import urlencode
 from .. import arguments, schedules
 from ..exceptions import InvalidArgument
 from ..models import Schedule
-from .common import ms_to_datetime
+from .common import when
 
 TIMING_FIELDS = ("cron", "every_ms", "timezone")
 
@@ -118,6 +117,7 @@ class ScheduleAdmin(admin.ModelAdmin):
     list_filter = ("queue", "enabled")
     search_fields = ("name",)
     list_per_page = 100
+    show_facets = admin.ShowFacets.NEVER
     actions = ("pause", "resume")
     readonly_fields = (
         "next_tick",
@@ -139,14 +139,14 @@ class ScheduleAdmin(admin.ModelAdmin):
         return f"every {seconds:g} s"
 
     @admin.display(description="next tick", ordering="next_tick_at")
-    def next_tick(self, obj: Schedule) -> datetime | str | None:
+    def next_tick(self, obj: Schedule) -> str:
         if not obj.enabled:
             return "paused"
-        return ms_to_datetime(obj.next_tick_at)
+        return when(obj.next_tick_at)
 
     @admin.display(description="last tick", ordering="last_tick_at")
-    def last_tick(self, obj: Schedule) -> datetime | None:
-        return ms_to_datetime(obj.last_tick_at)
+    def last_tick(self, obj: Schedule) -> str:
+        return when(obj.last_tick_at)
 
     @admin.display(description="last message")
     def last_message(self, obj: Schedule) -> str:

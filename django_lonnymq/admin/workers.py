@@ -19,6 +19,7 @@ from django.utils.http import urlencode
 
 from ..models import Worker
 from ..workers import with_state
+from .common import when
 
 STATES = (("live", "live"), ("lost", "lost"), ("stopped", "stopped"))
 
@@ -39,20 +40,15 @@ class WorkerStateFilter(admin.SimpleListFilter):
 
 @admin.register(Worker)
 class WorkerAdmin(admin.ModelAdmin):
+    # Host, pid, start and stop times are on the worker's page: the list fits 1366 px.
     list_display = (
         "name",
         "state_display",
-        "host",
-        "pid",
         "queues_display",
-        "concurrency",
-        "in_flight",
+        "in_flight_of",
         "leases_now",
-        "processed",
-        "failed",
-        "started_at",
-        "heartbeat_at",
-        "stopped_at",
+        "done_failed",
+        "last_heartbeat",
     )
     list_filter = (WorkerStateFilter,)
     search_fields = ("name", "host")
@@ -98,6 +94,18 @@ class WorkerAdmin(admin.ModelAdmin):
     @admin.display(description="queues")
     def queues_display(self, obj: Worker) -> str:
         return ", ".join(obj.queues)
+
+    @admin.display(description="processed / failed")
+    def done_failed(self, obj: Worker) -> str:
+        return f"{obj.processed:,} / {obj.failed:,}"
+
+    @admin.display(description="last heartbeat", ordering="heartbeat_at")
+    def last_heartbeat(self, obj: Worker) -> str:
+        return when(obj.heartbeat_at)
+
+    @admin.display(description="in flight / threads")
+    def in_flight_of(self, obj: Worker) -> str:
+        return f"{obj.in_flight:,} / {obj.concurrency:,}"
 
     @admin.display(description="leases held now", ordering="lq_leases")
     def leases_now(self, obj: Worker) -> Any:

@@ -175,7 +175,7 @@ def test_ops_change_a_limit_requeue_and_see_the_dashboard(live_server, transacti
             }
             assert states == {"encoder-1": "live", "encoder-2": "lost", "encoder-3": "stopped"}
             live_row = page.locator("#result_list tbody tr", has_text="encoder-1")
-            assert live_row.locator("td.field-in_flight").inner_text() == "2"
+            assert live_row.locator("td.field-in_flight_of").inner_text() == "2 / 4"
             assert live_row.locator("td.field-leases_now").inner_text() == "2"
             page.screenshot(path=str(OUTPUT / "workers.png"), full_page=True)
             live_row.locator("td.field-leases_now a").click()
