@@ -82,8 +82,10 @@ def payload(value: Any, field: str = "payload", *, max_bytes: int | None = None)
             field,
             "must be JSON-serializable",
             type(value).__name__,
-            message=f"{field} must be JSON-serializable: {exc}",
+            message=f"{field} must be JSON-serializable: {exc}{_serializable_hint(value, exc)}",
         ) from exc
+    if "{" in text:  # only a payload holding an object can have a key that is not a string
+        _string_keys(value, field)
     if jsontext.has_nul_escape(text):
         raise PayloadError(
             field, "must not contain NUL characters (PostgreSQL jsonb refuses them)", "\\u0000"
@@ -219,3 +221,68 @@ def when(run_at: Any, delay: Any, priority: int) -> tuple[int | None, int | None
             "priority moves a message earlier, a scheduled message has no earlier slot",
         )
     return run_at_ms, delay_ms
+
+
+def _first_unserializable(value: Any) -> Any:
+    """The first object the JSON encoder refuses in ``value`` (the error path only)."""
+    found: list[Any] = []
+
+    def record(obj: Any) -> Any:
+        found.append(obj)
+        raise TypeError
+
+    try:
+        json.JSONEncoder(default=record).encode(value)
+    except (TypeError, ValueError, RecursionError):
+        pass
+    return found[0] if found else None
+
+
+def _serializable_hint(value: Any, error: Exception) -> str:
+    """What to pass instead of the object the encoder refused: a sentence, or ""."""
+    from datetime import date, time
+    from decimal import Decimal
+    from uuid import UUID
+
+    obj = _first_unserializable(value)
+    if obj is None:
+        if "Out of range float" in str(error):
+            return "; NaN and infinities are not JSON: pass None or a string instead"
+        return ""
+    kind = type(obj).__name__
+    if isinstance(obj, (datetime, date, time)):
+        return f"; pass a {kind} as text, e.g. value.isoformat(), and parse it back in the handler"
+    if isinstance(obj, Decimal):
+        return "; pass a Decimal as str(value) (exact), and Decimal(text) in the handler"
+    if isinstance(obj, UUID):
+        return "; pass a UUID as str(value)"
+    if hasattr(obj, "_meta") and hasattr(obj, "pk"):
+        return f"; pass a {kind} by its key, e.g. obj.pk, and load it again in the handler"
+    if isinstance(obj, (set, frozenset)):
+        return "; pass a set as a list, e.g. sorted(value)"
+    if isinstance(obj, (bytes, bytearray)):
+        return "; pass bytes as text, e.g. base64.b64encode(value).decode()"
+    return f"; pass a {kind} as JSON values (dict, list, str, int, float, bool, None)"
+
+
+def _string_keys(value: Any, field: str) -> None:
+    """Refuses an object key that is not a string: JSON would turn 1 into "1" silently, and
+    the handler would read back another dict than the one enqueued."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                if not isinstance(key, str):
+                    raise PayloadError(
+                        field,
+                        "must have string keys only (JSON would turn the key into a string)",
+                        key,
+                        message=f"{field} has the key {key!r} ({type(key).__name__}): JSON object keys "
+                        f"must be strings, and this one would come back as {json.dumps(str(key))}; "
+                        f"use str(key) yourself, or a list of pairs",
+                    )
+                if isinstance(inner, (dict, list, tuple)):
+                    stack.append(inner)
+        elif isinstance(item, (list, tuple)):
+            stack.extend(inner for inner in item if isinstance(inner, (dict, list, tuple)))
