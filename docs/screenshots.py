@@ -36,12 +36,12 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--no-first-run",
 ]
-# (file, admin path, what to wait for on the page, window width); each picture is the whole page.
+# (file, admin path, what to wait for on the page); each picture is the whole page, 1440 px wide.
 PAGES = [
-    ("admin-channels.png", "/admin/django_lonnymq/channel/", "#result_list", 1920),
-    ("admin-dashboard.png", "/admin/django_lonnymq/channel/dashboard/", "svg", 1440),
-    ("admin-workers.png", "/admin/django_lonnymq/worker/", "#result_list", 1440),
-    ("admin-dead-messages.png", "/admin/django_lonnymq/deadmessage/", "#result_list", 1440),
+    ("admin-channels.png", "/admin/django_lonnymq/channel/", "#result_list"),
+    ("admin-dashboard.png", "/admin/django_lonnymq/channel/dashboard/", "svg"),
+    ("admin-workers.png", "/admin/django_lonnymq/worker/", "#result_list"),
+    ("admin-dead-messages.png", "/admin/django_lonnymq/deadmessage/", "#result_list"),
 ]
 USER, PASSWORD = "ops", "screenshots-only"
 
@@ -154,8 +154,7 @@ def photograph(base: str) -> list[Path]:
             page.fill("#id_password", PASSWORD)
             page.click("input[type=submit]")
             page.wait_for_url(f"{base}/admin/")
-            for name, path, ready, width in PAGES:
-                page.set_viewport_size({"width": width, "height": 480})
+            for name, path, ready in PAGES:
                 page.goto(base + path)
                 page.wait_for_selector(ready)
                 target = IMAGES / name
