@@ -109,6 +109,11 @@ def get_handler(queue: str) -> HandlerFunc:
         ) from None
 
 
+def registered_queues() -> list[str]:
+    """The queues that have a handler registered (the fallback apart), sorted."""
+    return sorted(_handlers)
+
+
 def register_default(queue: str, func: HandlerFunc) -> None:
     """Make ``func`` the handler of ``queue`` unless one is registered already."""
     _handlers.setdefault(queue, func)

@@ -88,6 +88,41 @@ def with_task_queues(queues: list[str], database: str | None) -> list[str]:
     return found
 
 
+def unlikely_queues(queues: list[str], database: str | None) -> list[str]:
+    """A warning per queue that only a Tasks backend accepting any queue name
+    (``"QUEUES": []``) serves, that is not ``default`` and that no message ever reached (no
+    channel in the database): most likely a misspelled ``--queue``."""
+    from difflib import get_close_matches
+
+    from django_lonnymq.models import Channel
+    from django_lonnymq.registry import get_handler, registered_queues
+    from django_lonnymq.tasks import DEFAULT_TASK_QUEUE_NAME, run_task_message, task_queues
+
+    named = set(task_queues()) | {DEFAULT_TASK_QUEUE_NAME}
+    suspects = [q for q in queues if q not in named and get_handler(q) is run_task_message]
+    if not suspects:
+        return []
+    alias = database or settings.DATABASE
+    existing = set(Channel.objects.using(alias).filter(queue__in=suspects).values_list("queue", flat=True))
+    known = sorted(
+        named
+        | set(registered_queues())
+        | set(Channel.objects.using(alias).values_list("queue", flat=True).distinct()[:1000])
+    )
+    warnings = []
+    for queue in suspects:
+        if queue in existing:
+            continue
+        close = get_close_matches(queue, [k for k in known if k != queue], n=3)
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        warnings.append(
+            f"warning: queue {queue!r} has no handler of its own and no message has ever been enqueued "
+            "to it: it is served only because a Django Tasks backend accepts any queue name "
+            f'("QUEUES": []). Is the name misspelled?{hint}'
+        )
+    return warnings
+
+
 class Command(BaseCommand):
     help = (
         "Run a queue worker. SIGTERM/SIGINT stop fetching, let running handlers finish, exit 0; "
@@ -194,6 +229,8 @@ class Command(BaseCommand):
             )
         except (NoHandler, InvalidArgument) as exc:
             raise CommandError(str(exc)) from exc
+        for warning in unlikely_queues(worker.queues, options["database"]):
+            self.stderr.write(warning)
         metrics_url = self._serve_metrics(worker, options["metrics_port"], options["metrics_address"])
         worker.install_signal_handlers()
         self.stdout.write(
