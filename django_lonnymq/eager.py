@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextvars
 import functools
-import json
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -34,7 +33,7 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from django.db import connections, transaction
 
-from . import db
+from . import db, jsontext
 from .conf import settings
 from .message import Message
 
@@ -162,7 +161,7 @@ def _deliver(alias: str, handle: Any, queue: str, row: tuple[Any, ...]) -> str:
 
     message = outcomes.message_from_row(queue, row)
     if isinstance(message.payload, str):  # Django's connection leaves jsonb as text (JSONField decodes it)
-        message.payload = json.loads(message.payload)
+        message.payload = jsontext.decode(message.payload)
     call = async_to_sync(handle) if is_async(handle) else handle
 
     def in_savepoint(message: Message) -> object:
@@ -170,7 +169,7 @@ def _deliver(alias: str, handle: Any, queue: str, row: tuple[Any, ...]) -> str:
         with transaction.atomic(using=alias):
             return call(message)
 
-    outcome = outcomes.run(in_savepoint, message)
+    outcome = outcomes.refused(message) or outcomes.run(in_savepoint, message)
     if outcome.action == "ack":
         db.value("ack", {"ids": [message.id], "tokens": [str(message.lease_token)]}, using=alias)
         return "ack"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from itertools import accumulate
+from typing import Any
 
 # An escape that is not itself an escaped backslash ("\\\\u0000" is the text \u0000).
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
@@ -112,3 +113,27 @@ def problem(text: str) -> str | None:
     if has_non_finite(text):
         return "contains NaN or Infinity, which JSON (and PostgreSQL's jsonb) cannot hold"
     return None
+
+
+class Undecodable:
+    """A stored payload Python's json cannot decode (nested deeper than it goes, a number
+    longer than ``int`` reads): its message fails alone instead of stopping its reader."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: str):
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"<payload that cannot be decoded: {self.error}>"
+
+
+_decoder = json.JSONDecoder()
+
+
+def decode(data: str | bytes) -> Any:
+    """A payload read from jsonb (UTF-8 text), or :class:`Undecodable` saying why not."""
+    try:
+        return _decoder.decode(data.decode() if isinstance(data, bytes) else data)
+    except (RecursionError, ValueError) as exc:
+        return Undecodable(f"{type(exc).__name__}: {exc}")

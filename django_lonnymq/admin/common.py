@@ -233,6 +233,11 @@ class ReadOnlyQueueAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # removal goes through the actions (SQL functions), never an ORM delete
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        # Payloads load only where shown (payload_pretty): one Python cannot decode (nested
+        # too deep, stored before enqueue refused it) must not break the whole list.
+        return super().get_queryset(request).defer("payload")
+
     def get_search_results(self, request: HttpRequest, queryset: QuerySet[Any], search_term: str) -> Any:
         term = search_term.strip()
         if not term:
@@ -258,9 +263,13 @@ class ReadOnlyQueueAdmin(admin.ModelAdmin):
 
     @admin.display(description="payload")
     def payload_pretty(self, obj: Any) -> str:
-        return format_html(
-            "<pre>{}</pre>", json.dumps(obj.payload, indent=2, sort_keys=True, ensure_ascii=False)
-        )
+        try:
+            payload = obj.payload
+        except (RecursionError, ValueError) as exc:
+            return format_html(
+                "<em>payload cannot be decoded: {}</em>", excerpt(f"{type(exc).__name__}: {exc}")
+            )
+        return format_html("<pre>{}</pre>", json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=False))
 
     @admin.display(description="last error")
     def last_error_full(self, obj: Any) -> str:

@@ -12,12 +12,13 @@ import time
 from collections.abc import Sequence
 
 from ..conf import settings
+from .completion import Completion
 from .connection import STATEMENT_ERRORS, ControlConnection, backoff, describe_failure
 from .handlers import Handlers
 from .held import Held
 from .housekeeping import Leases
 from .observer import Observers
-from .outcomes import message_from_row
+from .outcomes import message_from_row, refused
 from .stats import Stats
 
 logger = logging.getLogger("django_lonnymq.worker")
@@ -36,6 +37,7 @@ class Fetcher:
         poll_interval: float,
         held: Held,
         handlers: Handlers,
+        completion: Completion,
         leases: Leases,
         observers: Observers,
         stats: Stats,
@@ -47,6 +49,7 @@ class Fetcher:
         self.poll_interval = poll_interval
         self.held = held
         self.handlers = handlers
+        self.completion = completion
         self.leases = leases
         self.observers = observers
         self.stats = stats
@@ -95,7 +98,11 @@ class Fetcher:
             self.held.add(messages)
             self.stats.fetched += len(messages)
             for message in messages:
-                self.handlers.submit(message)
+                outcome = refused(message)
+                if outcome is None:
+                    self.handlers.submit(message)
+                else:
+                    self.completion.post(outcome)
             got += len(messages)
         if got:
             self.leases.fetched()

@@ -143,6 +143,7 @@ class Worker:
             poll_interval=self.poll_interval,
             held=self.held,
             handlers=self.runners,
+            completion=self.completion,
             leases=leases,
             observers=self.observers,
             stats=self.stats,

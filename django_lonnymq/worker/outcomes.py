@@ -18,6 +18,7 @@ from typing import Any
 
 from ..conf import to_ms
 from ..exceptions import Discard, Interrupted, Retry
+from ..jsontext import Undecodable
 from ..message import Message
 from .running import TIMEOUT
 
@@ -77,6 +78,20 @@ def message_from_row(
         lease_until_ms=lease_until,
         _extend=extend,
     )
+
+
+def refused(message: Message) -> Outcome | None:
+    """The outcome of a message no handler can be given (its payload cannot be decoded):
+    dead-lettered at once, alone; None for every other message."""
+    if isinstance(message.payload, Undecodable):
+        logger.error(
+            "message %s of %s: payload cannot be decoded (%s); dead-lettered without running its handler",
+            message.id,
+            message.queue,
+            message.payload.error,
+        )
+        return Outcome(message, "discard", error=f"payload cannot be decoded: {message.payload.error}")
+    return None
 
 
 def run(handle: Callable[[Message], object], message: Message) -> Outcome:
