@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from types import FrameType
 from typing import Any
 
 from django.core.checks import Error, Tags, register
@@ -153,6 +155,10 @@ def check_schema_installed(
         return []
     if connections[alias].vendor != "postgresql":
         return []  # E001 says so
+    if _migrating():
+        return []  # migrate is the fix, running: "run migrate" would only confuse
+    if _configuration_errors():
+        return []  # migrate stops on those errors: "run migrate" cannot succeed before they are fixed
     try:
         require(alias)
     except SchemaMissing as exc:
@@ -244,3 +250,30 @@ def check_health(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             )
         )
     return errors
+
+
+def _migrating() -> bool:
+    """Whether these checks run inside ``manage.py migrate`` (which checks before migrating)."""
+    from django.core.management.commands.migrate import Command as Migrate
+
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if isinstance(frame.f_locals.get("self"), Migrate):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _configuration_errors() -> bool:
+    """Whether the app's own checks (settings, and its Django Tasks backends: E005, E190...)
+    report an error: ``migrate`` runs the checks first and stops on any error."""
+    own = (check_database, check_settings, check_handler_modules, check_worker_heartbeat, check_sampling,
+           check_handler_timeout, check_health)  # fmt: skip
+    if any(check() for check in own):
+        return True
+    try:
+        from .tasks import _backend_checks, lonnymq_backends
+
+        return any(_backend_checks(backend) for backend in lonnymq_backends())
+    except Exception:  # no Django Tasks here, or a backend that cannot even be built
+        return False

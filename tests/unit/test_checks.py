@@ -360,3 +360,58 @@ def test_e220_accepts_none_durations_and_bools():
         assert lonnymq_errors() == []
     with override_settings(LONNYMQ_HEALTH_MAX_READY_AGE=30, LONNYMQ_HEALTH_REQUIRE_WORKERS=True):
         assert lonnymq_errors() == []
+
+
+# ---------------------------------------------------------------------------------------
+# W210 stays quiet while it cannot help: during migrate, and beside the app's own errors
+# ---------------------------------------------------------------------------------------
+
+
+@contextmanager
+def migration_missing():
+    """The app's newest migration recorded as not applied (the row comes back afterwards);
+    yields its name."""
+    from django.db import transaction
+
+    class Undo(Exception):
+        pass
+
+    with pytest.raises(Undo), transaction.atomic():
+        with connections["default"].cursor() as cursor:
+            cursor.execute(
+                "DELETE FROM django_migrations WHERE id = (SELECT max(id) FROM django_migrations"
+                " WHERE app = 'django_lonnymq') RETURNING name"
+            )
+            (name,) = cursor.fetchone()
+        yield name
+        raise Undo
+
+
+@pytest.mark.django_db
+def test_w210_is_not_printed_by_migrate_itself():
+    from io import StringIO
+
+    with migration_missing() as name:
+        checked, migrated = StringIO(), StringIO()
+        call_command("check", "--database", "default", stdout=checked, stderr=checked)
+        call_command("migrate", "--plan", stdout=migrated, stderr=migrated)
+    assert "lonnymq.W210" in checked.getvalue()  # the control: the same state warns elsewhere
+    assert name in migrated.getvalue()  # migrate saw the missing migration...
+    assert "lonnymq.W210" not in migrated.getvalue()  # ...and was not told to run itself
+
+
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
+@pytest.mark.django_db
+def test_w210_is_not_given_beside_an_error_that_stops_migrate(sqlite_alias, settings):
+    with migration_missing():
+        assert ids(lonnymq_errors(everything=True)) == ["lonnymq.W210"]  # the control
+        settings.TASKS = {
+            "default": {
+                "BACKEND": "django_lonnymq.tasks.LonnyMQBackend",
+                "OPTIONS": {"DATABASE": sqlite_alias},
+            }
+        }
+        assert ids(lonnymq_errors(everything=True)) == ["lonnymq.E005"]
+        settings.TASKS = {}
+        with override_settings(LONNYMQ_MAX_ATTEMPTS=0):
+            assert ids(lonnymq_errors(everything=True)) == ["lonnymq.E003"]
