@@ -1,4 +1,5 @@
-"""App config: registers the system checks."""
+"""App config: registers the system checks; eager mode turned on in the settings starts
+watching ``atomic()`` blocks before any opens (:func:`django_lonnymq.eager.watch_block_exits`)."""
 
 from django.apps import AppConfig
 
@@ -10,4 +11,14 @@ class LonnyMQConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the checks)
+        from django.core.signals import setting_changed
+
+        from . import (
+            checks,  # noqa: F401  (registers the checks)
+            eager,
+        )
+        from .conf import settings
+
+        if settings.EAGER:
+            eager.watch_block_exits()
+        setting_changed.connect(eager.watch_when_turned_on, dispatch_uid="lonnymq_eager_watch")

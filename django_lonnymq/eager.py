@@ -51,6 +51,7 @@ def enabled() -> bool:
 
 @contextmanager
 def forced() -> Iterator[None]:
+    watch_block_exits()
     token = _forced.set(True)
     try:
         yield
@@ -73,8 +74,12 @@ def after_enqueue(queue: str, ids: Sequence[int], alias: str) -> None:
     deliver = functools.partial(run, queue, list(ids), alias)
     if any(in_testcase):
         # The test's transaction never commits: run at the exit of the code's outermost block.
+        if watch_block_exits():
+            # Watching began inside an open block, whose exit Python has already looked up:
+            # that block would never run it, so run it now, as before watching existed.
+            run(queue, list(ids), alias)
+            return
         deliver.lonnymq_eager = True  # type: ignore[attr-defined]
-        _watch_block_exits()
     transaction.on_commit(deliver, using=alias)
 
 
@@ -85,16 +90,20 @@ def _from_testcase(block: Any) -> bool:
 _plain_exit: Any = None
 
 
-def _watch_block_exits() -> None:
+def watch_block_exits() -> bool:
     """Make ``atomic()`` blocks run eager deliveries when the outermost block of the code under
     test exits inside a ``TestCase`` (once per process; other blocks pay one attribute check).
+    True when it starts watching now, False when it already did.
 
-    Django drops the ``on_commit`` callbacks of a savepoint that rolls back, so what is left
-    of ours at that exit is exactly what a real commit would have run.
+    Installed when eager mode is turned on (``testing.eager()``, ``LONNYMQ_EAGER`` at start or
+    through ``override_settings``), before the blocks it must watch open: a ``with`` statement
+    looks up ``__exit__`` when the block opens. Django drops the ``on_commit`` callbacks of a
+    savepoint that rolls back, so what is left of ours at that exit is exactly what a real
+    commit would have run.
     """
     global _plain_exit
     if _plain_exit is not None:
-        return
+        return False
     _plain_exit = transaction.Atomic.__exit__
 
     def exit_then_deliver(block: Any, exc_type: Any, exc_value: Any, traceback: Any) -> Any:
@@ -112,6 +121,13 @@ def _watch_block_exits() -> None:
         return result
 
     transaction.Atomic.__exit__ = exit_then_deliver  # type: ignore[method-assign]
+    return True
+
+
+def watch_when_turned_on(*, setting: str, value: Any, **_: Any) -> None:
+    """``setting_changed`` receiver: ``override_settings(LONNYMQ_EAGER=True)`` starts watching."""
+    if setting == "LONNYMQ_EAGER" and value:
+        watch_block_exits()
 
 
 def _run_pending(conn: Any, *, succeeded: bool) -> None:

@@ -28,7 +28,18 @@ class InvalidArgument(LonnyMQError, ValueError):
         self.field = field
         self.rule = rule
         self.value = value
-        super().__init__(message or f"{field} {rule}, got {value!r}")
+        super().__init__(message or f"{field} {rule}, got {_shown(value)}")
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, or what it is when Python refuses to print it (an int of more than
+    4,300 digits, alone or inside a container)."""
+    try:
+        return repr(value)
+    except ValueError:
+        if isinstance(value, int):
+            return f"an integer of about {value.bit_length() * 30103 // 100000 + 1} digits"
+        return f"a {type(value).__name__} holding an integer too long to print"
 
 
 class PayloadError(InvalidArgument):

@@ -64,10 +64,14 @@ class Rate:
             )
         amount = float(match["amount"]) if match["amount"] else 1.0
         period_ms = amount * _UNITS[match["unit"].lower()]
-        if not math.isfinite(period_ms) or period_ms != int(period_ms):
+        # Bounded before a timedelta is made of it: 10**300 days overflows one.
+        if not math.isfinite(period_ms) or period_ms > MAX_PERIOD / timedelta(milliseconds=1):
+            raise InvalidArgument(f"{field}.period", "must be at most 366 days", text)
+        if period_ms != int(period_ms):
             raise InvalidArgument(f"{field}.period", "must be a whole number of milliseconds", text)
-        burst = int(match["burst"]) if match["burst"] else 1
-        return cls(int(match["count"]), timedelta(milliseconds=int(period_ms)), burst)
+        count = _bounded(match["count"], f"{field}.count", MAX_COUNT, text)
+        burst = _bounded(match["burst"], f"{field}.burst", MAX_BURST, text) if match["burst"] else 1
+        return cls(count, timedelta(milliseconds=int(period_ms)), burst)
 
     @classmethod
     def of(cls, value: Any, field: str = "rate") -> Rate:
@@ -89,6 +93,15 @@ class Rate:
                 period = name if amount == 1 else f"{amount} {name}"
                 break
         return f"{self.count} / {period}" + (f", burst {self.burst}" if self.burst != 1 else "")
+
+
+def _bounded(digits: str, field: str, most: int, text: str) -> int:
+    """A count or burst of the text, refused past ``most`` before Python reads it (a number of
+    more than 4,300 digits is a ValueError of its own)."""
+    digits = digits.lstrip("0") or "0"
+    if len(digits) > len(str(most)):
+        raise InvalidArgument(field, f"must be between 1 and {most}", text)
+    return int(digits)
 
 
 def check(count: Any, period: Any, burst: Any, field: str = "rate") -> None:

@@ -122,7 +122,10 @@ def check_every(value: Any, field: str = "every") -> int:
         raise InvalidArgument(field, "must be a timedelta or a number of seconds", value)
     if isinstance(value, float) and not math.isfinite(value):
         raise InvalidArgument(field, "must be finite", value)
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    try:
+        seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    except OverflowError:  # an int past a float's range
+        raise InvalidArgument(field, "must be between 1 second and 366 days", value) from None
     if seconds <= 0:
         raise InvalidArgument(field, "must be longer than zero", value)
     if seconds < MIN_EVERY.total_seconds() or seconds > MAX_INTERVAL.total_seconds():

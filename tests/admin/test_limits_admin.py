@@ -142,3 +142,31 @@ def test_a_view_only_user_cannot_change_queue_limits(client: Client, django_user
     response = client.post(change, {"max_concurrency": "1"})
     assert response.status_code == 403
     assert QueueConfig.objects.get(queue="vendor").max_concurrency == 5
+
+
+# A rate whose period overflows a timedelta (10**90 days): a form error, not a server error.
+HUGE_PERIOD = "1 / " + "9" * 90 + " d"
+
+
+def test_a_huge_rate_period_is_a_form_error_on_the_channel_page(admin_client: Client) -> None:
+    ch = Channel.objects.get(pk=api.configure_channel(QUEUE, "acme"))
+    with mock.patch.object(api, "configure_channel", wraps=api.configure_channel) as configure:
+        response = admin_client.post(channel_change(ch), channel_post(ch, rate=HUGE_PERIOD))
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert "rate.period must be at most 366 days" in str(errors["rate"])
+    configure.assert_not_called()
+    ch.refresh_from_db()
+    assert ch.rate is None
+
+
+def test_a_huge_rate_period_is_a_form_error_on_the_queue_limits_page(admin_client: Client) -> None:
+    with mock.patch.object(api, "configure_queue", wraps=api.configure_queue) as configure:
+        response = admin_client.post(
+            QUEUE_ADD, {"queue": "vendor", "max_concurrency": "3", "rate": HUGE_PERIOD}
+        )
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert "rate.period must be at most 366 days" in str(errors["rate"])
+    configure.assert_not_called()
+    assert not QueueConfig.objects.exists()

@@ -8,6 +8,9 @@ and nothing for a block or savepoint that rolls back.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from asgiref.sync import async_to_sync
 from django.db import connection, transaction
@@ -17,6 +20,7 @@ from django_lonnymq import Event, Item, Message, enqueue, enqueue_many, handler,
 from django_lonnymq.models import Channel, Subscription, TaskResultRecord
 from django_lonnymq.models import Message as MessageRow
 from django_lonnymq.testing import eager
+from tests.conftest import worker_env
 from tests.testapp import tasks
 
 RAN: list[object] = []
@@ -165,3 +169,30 @@ def test_outside_a_testcase_it_still_runs_at_the_real_commit_and_not_on_rollback
             enqueue("eager_atomic", {"n": 3})
             raise KeyError
     assert RAN == [1, 2]
+
+
+FRESH_PROCESS = """
+import sys, unittest
+import django
+django.setup()
+from django.test.utils import setup_test_environment
+setup_test_environment()
+from example_project.videos.tests import UploadTests
+result = unittest.TextTestRunner(verbosity=0).run(unittest.defaultTestLoader.loadTestsFromTestCase(UploadTests))
+sys.exit(0 if result.wasSuccessful() and result.testsRun == 1 else 1)
+"""
+
+
+@pytest.mark.django_db
+def test_the_first_block_of_a_fresh_process_is_watched():
+    """In a process where nothing has used eager mode yet, the README's test (its view enqueues
+    inside the first ``atomic()`` block that process opens) passes: watching starts when eager
+    mode is turned on, before that block opens."""
+    done = subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS],
+        env=worker_env(DJANGO_SETTINGS_MODULE="tests.settings"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

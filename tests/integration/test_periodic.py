@@ -550,3 +550,25 @@ def test_the_ticker_checks_again_at_once_when_a_check_was_cut_short(conn):
     # Nothing was left: the next check is an interval away.
     assert ticker._next_at > time.monotonic() + 3000
     assert len(messages(conn)) == 3
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"every": 10**400}, "every"),
+        ({"every": -(10**400)}, "every"),
+        ({"every": 10**5000}, "every"),
+        ({"every": 10, "catch_up": 10**5000}, "catch_up"),
+        ({"every": 10, "max_attempts": 10**5000}, "max_attempts"),
+    ],
+    ids=["every-10**400", "every--10**400", "every-10**5000", "catch_up-10**5000", "max_attempts-10**5000"],
+)
+def test_huge_numbers_are_refused_at_declaration(declared, options, field):
+    """Past a float's range, or past Python's 4,300-digit limit for printing an int: still
+    InvalidArgument naming the field and the rule, nothing registered."""
+    before = schedules.declarations()
+    with pytest.raises(InvalidArgument) as raised:
+        periodic(queue=QUEUE, name="huge", **options)(target)
+    assert raised.value.field == field
+    assert str(raised.value).startswith(f"{field} must be between")
+    assert schedules.declarations() == before
