@@ -8,6 +8,7 @@ dedup key (JVM code, no Python per field), then runs the partition writer
 
 from __future__ import annotations
 
+import difflib
 import functools
 import os
 import re
@@ -186,8 +187,11 @@ def _field(df: DataFrame, name: str, role: str) -> DataType:
     fields = {f.name: f.dataType for f in df.schema.fields}
     if name in fields:
         return fields[name]
-    near = [c for c in fields if c.lower() == name.lower()]
-    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    # A different case first, then spelling near misses (tenant_di for tenant_id).
+    near = [c for c in fields if c.lower() == name.lower()] or difflib.get_close_matches(
+        name, list(fields), n=3
+    )
+    hint = f" (did you mean {' or '.join(repr(c) for c in near)}?)" if near else ""
     listed = ", ".join(fields) or "none"
     raise ExportError(
         f"{role} {name!r} is not a column of the data frame{hint}; its columns are: {listed}", column=name
