@@ -64,16 +64,23 @@ class MessageNotFound(LonnyMQError):
 
 class UnknownMessage(MessageNotFound, InvalidArgument):
     """``cancel()`` named ids of no message (never enqueued, or already acked, cancelled or
-    dead); nothing was cancelled. ``ids`` holds them."""
+    dead); nothing was cancelled. ``ids`` holds every one of them; the message gives their
+    count and the first :attr:`SHOWN` (a call may name a million)."""
+
+    SHOWN = 20
 
     def __init__(self, ids: list[int | None], message: str | None = None):
         self.ids = ids
+        shown = ", ".join("null" if i is None else str(i) for i in ids[: self.SHOWN])
+        more = f" and {len(ids) - self.SHOWN} more" if len(ids) > self.SHOWN else ""
         InvalidArgument.__init__(
             self,
             "ids",
             "must name messages that are waiting or running",
             ids,
-            message=message or f"cannot cancel message(s) {ids}: not found; nothing was cancelled",
+            message=message
+            or f"cannot cancel {len(ids)} message(s): not found (never enqueued, or already acked, "
+            f"cancelled or dead); nothing was cancelled: {shown}{more}",
         )
 
 
@@ -249,7 +256,7 @@ def translate(exc: BaseException) -> LonnyMQError | None:
     if sqlstate == "LQ170":
         detail = (getattr(diag, "message_detail", None) or "").strip()
         ids = [None if part == "null" else int(part) for part in detail.split(",") if part]
-        return UnknownMessage(ids, message=text)
+        return UnknownMessage(ids)
     if sqlstate == "23514":
         constraint = getattr(diag, "constraint_name", None) or ""
         if constraint in _CONSTRAINT_RULES:

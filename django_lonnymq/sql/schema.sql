@@ -16,7 +16,8 @@
 --   LQ001 invalid argument          LQ002 priority with a future run time
 --   LQ003 stale lease               LQ004 message not found
 --   LQ006 unsupported isolation level
---   LQ170 cancel of a message that does not exist (DETAIL: the ids, comma-separated)
+--   LQ170 cancel of a message that does not exist (DETAIL: every such id, comma-separated;
+--         the message gives their count and the first 20)
 -- The locking argument for these functions is written down in docs/locking.md.
 --
 -- Bounds, the same numbers as django_lonnymq/bounds.py (CHECK constraints and argument
@@ -2006,8 +2007,12 @@ BEGIN
           FROM pg_catalog.unnest(p_ids) AS u(id)
          WHERE u.id IS NULL OR u.id <> ALL (v_found);
         IF v_missing IS NOT NULL THEN
-            RAISE EXCEPTION 'cannot cancel message(s) %: not found (never enqueued, or already acked, cancelled or dead); nothing was cancelled',
-                pg_catalog.array_to_string(v_missing, ', ', 'null')
+            -- The message names the first 20 (a call may name a million); DETAIL has them all.
+            RAISE EXCEPTION 'cannot cancel % message(s): not found (never enqueued, or already acked, cancelled or dead); nothing was cancelled: %',
+                pg_catalog.cardinality(v_missing),
+                pg_catalog.array_to_string(v_missing[1:20], ', ', 'null')
+                    OPERATOR(pg_catalog.||) CASE WHEN pg_catalog.cardinality(v_missing) > 20
+                        THEN pg_catalog.format(' and %s more', pg_catalog.cardinality(v_missing) - 20) ELSE '' END
                 USING ERRCODE = 'LQ170', DETAIL = pg_catalog.array_to_string(v_missing, ',', 'null');
         END IF;
     END IF;

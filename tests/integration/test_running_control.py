@@ -59,6 +59,33 @@ def test_cancel_of_an_unknown_id_is_refused_and_cancels_nothing(cancelled):
     assert message_row(waiting) is not None
 
 
+def test_cancel_of_many_unknown_ids_gives_their_count_and_the_first_20_but_keeps_every_id():
+    waiting = enqueue("ctl", "w")
+    unknown = list(range(10**12, 10**12 + 200_000))
+    with pytest.raises(UnknownMessage) as caught, transaction.atomic():
+        api.cancel([*reversed(unknown), waiting])
+    text = str(caught.value)
+    first = ", ".join(map(str, unknown[:20]))
+    assert text == (
+        "cannot cancel 200000 message(s): not found (never enqueued, or already acked, cancelled or dead); "
+        f"nothing was cancelled: {first} and 199980 more"
+    )
+    assert caught.value.ids == unknown
+    # The database's own message is as short; its DETAIL lists every id, for the attribute.
+    refused = caught.value.__cause__.__cause__
+    assert refused.sqlstate == "LQ170" and len(refused.diag.message_primary) < 600
+    assert refused.diag.message_primary.endswith(f"nothing was cancelled: {first} and 199980 more")
+    assert refused.diag.message_detail == ",".join(map(str, unknown))
+    assert message_row(waiting) is not None
+
+
+def test_cancel_of_a_few_unknown_ids_names_them_all():
+    with pytest.raises(UnknownMessage) as caught, transaction.atomic():
+        api.cancel([7_000_000_003, 7_000_000_001])
+    assert str(caught.value).endswith("nothing was cancelled: 7000000001, 7000000003")
+    assert "2 message(s)" in str(caught.value) and "more" not in str(caught.value)
+
+
 def test_cancel_of_a_finished_message_is_refused():
     message_id = enqueue("ctl", "done")
     ack(dequeue("ctl"))

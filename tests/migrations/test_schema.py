@@ -68,6 +68,7 @@ RELEASED = {
     "0020_generic_plans.up.sql": "5a3536f04849e6c7f9fd95cabdffb11e1b417f4cf9982b5f97caa59d00ca6a63",
     "0021_payload_depth.down.sql": "fadeca60de6c3f7994cc0667eae14499342df12b49cf0eb59364dafb59c01112",
     "0021_payload_depth.up.sql": "e94c9cf420d59f654adf2362261232992e32d7bd338f2be928ac1e140becf466",
+    "0022_cancel_message_cap.up.sql": "d70d0d604b546f14ee7a41fb636cd78dda41d508a70b6dc509f0eed9ea6f7820",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
