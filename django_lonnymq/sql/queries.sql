@@ -85,8 +85,15 @@ SELECT lonnymq_reap_v1(%(limit)s::integer, %(dedup_window_ms)s::bigint, %(tolera
 SELECT lonnymq_requeue_dead_v1(%(ids)s::bigint[], %(reset_attempts)s::boolean, %(tolerance_ms)s::bigint)
 
 -- name: cancel
--- Waiting messages are deleted, running ones marked (running = true).
-SELECT id, running FROM lonnymq_cancel_v2(%(ids)s::bigint[], %(missing_ok)s::boolean)
+-- Waiting messages are deleted, running ones marked (running = true). When one was running,
+-- NOTIFY lonnymq_cancel (at commit) wakes the workers: those holding leases run their
+-- heartbeat at once, which reads the mark, instead of a third of the lease later.
+WITH cancelled AS MATERIALIZED (
+    SELECT id, running FROM lonnymq_cancel_v2(%(ids)s::bigint[], %(missing_ok)s::boolean)
+)
+SELECT c.id, c.running FROM cancelled c
+ WHERE (SELECT pg_catalog.count(pg_catalog.pg_notify('lonnymq_cancel', ''))
+          FROM cancelled r WHERE r.running) >= 0
 
 -- name: run_now
 SELECT lonnymq_run_now_v1(%(ids)s::bigint[], %(tolerance_ms)s::bigint)
@@ -124,6 +131,10 @@ SELECT channel_id, queue, channel, problem, detail FROM lonnymq_check_v1(%(grace
 
 -- name: listen
 LISTEN lonnymq_wakeup
+
+-- name: listen_cancels
+-- A message a worker holds was cancelled (the cancel statement notifies): run the heartbeat.
+LISTEN lonnymq_cancel
 
 -- name: queues_with_ready_work
 -- Queues with a channel that has a turn, or a wake-up mark waiting to give it one (the

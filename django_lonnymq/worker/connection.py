@@ -105,6 +105,7 @@ class ControlConnection:
         # would fail the whole dequeue, after the batch was leased.
         set_json_loads(jsontext.decode, conn)
         db.run(conn, "listen", prepare=False)
+        db.run(conn, "listen_cancels", prepare=False)
         return conn
 
     def ensure(self) -> bool:

@@ -115,7 +115,7 @@ class Worker:
             completion=self.completion,
             stats=self.stats,
         )
-        leases = Leases(self.connection, self.held, self.control, self.lease_ms, self.using)
+        leases = self.leases = Leases(self.connection, self.held, self.control, self.lease_ms, self.using)
         self.presence = Presence(
             self.connection,
             name=self.name,
@@ -253,6 +253,8 @@ class Worker:
     def _wait(self, timeout: float) -> None:
         """Sleep until a notification, a finished handler, a stop request, or ``timeout``."""
         self.waiter.wait(timeout, self.connection.conn, self.completion.pending)
+        if self.waiter.take_cancels():
+            self.leases.due_now()
 
     def _maintain(self) -> None:
         self.housekeeping.tick(self._stopping.is_set())

@@ -12,6 +12,9 @@ import select
 from collections.abc import Callable
 from typing import Any
 
+# The channel the cancel statement notifies when a message someone cancelled is running.
+CANCEL_CHANNEL = "lonnymq_cancel"
+
 
 class Waiter:
     """One worker's sleep and its wake-up pipe."""
@@ -22,6 +25,13 @@ class Waiter:
         os.set_blocking(self._wake_w, False)
         # Set while the control thread sleeps in wait(): only then does nudge() write.
         self.sleeping = False
+        # A cancel was notified since take_cancels(): the heartbeat reads which.
+        self._cancels = False
+
+    def take_cancels(self) -> bool:
+        """Was a cancel notified since the last call?"""
+        cancels, self._cancels = self._cancels, False
+        return cancels
 
     def wake(self) -> None:
         """Wake the control thread (signal-safe)."""
@@ -54,7 +64,7 @@ class Waiter:
         # A notification that arrived while another query ran (ack, next_due, ...) was read
         # off the socket by psycopg and sits in its backlog: select() would not see it and
         # the worker would sleep a whole poll interval with a message ready.
-        if usable and _drain_notifies(conn):
+        if usable and self._drain_notifies(conn):
             return
         fds: list[int] = [self._wake_r]
         if usable:
@@ -67,17 +77,17 @@ class Waiter:
             except BlockingIOError:
                 pass
         if len(fds) > 1 and fds[1] in readable:
-            for _ in conn.notifies(timeout=0):
-                pass
+            self._drain_notifies(conn)
+
+    def _drain_notifies(self, conn: Any) -> bool:
+        """Consume notifications psycopg already holds (noting a cancel); True when there were any."""
+        got = False
+        for notify in conn.notifies(timeout=0):
+            got = True
+            if notify.channel == CANCEL_CHANNEL:
+                self._cancels = True
+        return got
 
     def close(self) -> None:
         os.close(self._wake_r)
         os.close(self._wake_w)
-
-
-def _drain_notifies(conn: Any) -> bool:
-    """Consume notifications psycopg already holds; True when there were any."""
-    got = False
-    for _ in conn.notifies(timeout=0):
-        got = True
-    return got
