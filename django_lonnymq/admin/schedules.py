@@ -15,17 +15,52 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
+from django.forms.fields import InvalidJSONInput
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.http import urlencode
 
-from .. import arguments, schedules
+from .. import arguments, bounds, schedules
 from ..exceptions import InvalidArgument
 from ..models import Schedule
 from .common import when
 
 TIMING_FIELDS = ("cron", "every_ms", "timezone")
+
+
+class PayloadField(forms.JSONField):
+    """JSON text checked as an enqueue checks a payload (:func:`arguments.payload`): whatever
+    the queue would refuse, or Python's json cannot decode, is an error on the field, and the
+    text is shown back as typed."""
+
+    def to_python(self, value: Any) -> Any:
+        try:
+            decoded = super().to_python(value)
+        except RecursionError:  # deeper than Python's json goes (about 1,000 levels)
+            raise forms.ValidationError(
+                f"payload is nested too deep to decode, more than the {bounds.MAX_PAYLOAD_DEPTH} "
+                "levels allowed (the root is level 0)"
+            ) from None
+        if decoded is not None:
+            try:
+                arguments.payload(decoded)
+            except InvalidArgument as exc:  # PayloadError: too deep, a lone surrogate, NUL, NaN
+                raise forms.ValidationError(str(exc)) from None
+        return decoded
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        # As typed: decoding it again may fail the same way, and a decoded lone surrogate
+        # cannot be written into the page.
+        if self.disabled or data is None:
+            return super().bound_data(data, initial)
+        return InvalidJSONInput(data)
+
+    def has_changed(self, initial: Any, data: Any) -> bool:
+        try:
+            return super().has_changed(initial, data)
+        except forms.ValidationError:
+            return True
 
 
 class ScheduleForm(forms.ModelForm):
@@ -37,6 +72,7 @@ class ScheduleForm(forms.ModelForm):
         label="Every (seconds)",
         help_text="A fixed interval instead of a cron expression (at least 1 second).",
     )
+    payload = PayloadField(required=False, help_text="JSON, the payload of every tick's message (empty: {}).")
 
     # The first tick of the timing as cleaned (None when the form has errors).
     first_tick_at: int | None = None

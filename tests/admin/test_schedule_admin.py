@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.urls import reverse
+from django.utils.html import escape
 
 from django_lonnymq import api
 from django_lonnymq.models import Schedule
@@ -218,3 +219,34 @@ def test_saving_a_parked_schedule_gives_it_a_next_tick_and_clears_its_error(admi
     assert response.status_code == 302, response.content.decode()[:2000]
     row.refresh_from_db()
     assert row.last_error is None and row.next_tick_at > before
+
+
+@pytest.mark.parametrize(
+    ("payload", "text"),
+    [
+        ("[" * 990 + "]" * 990, "more than the 100"),
+        ('{"a": ' * 995 + "1" + "}" * 995, "more than the 100"),
+        ("[" * 150 + "]" * 150, "more than the 100"),
+        ('"\\ud800"', "valid Unicode"),
+        ('{"note": "a\\udfffb"}', "valid Unicode"),
+        ('{"x": "\\u0000"}', "NUL"),
+        ("[1e999]", "JSON"),
+    ],
+    ids=["list-990-deep", "object-995-deep", "150-deep", "lone-surrogate", "lone-surrogate-inside", "nul",
+         "infinity"],
+)  # fmt: skip
+def test_a_payload_the_queue_would_refuse_is_a_form_error(admin_client, payload, text):
+    """Too deep for Python's json (990 levels), deeper than the bound, or holding what
+    PostgreSQL refuses: an error on the payload field, the text shown as typed, nothing saved."""
+    response = admin_client.post(ADD, form_data(payload=payload))
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert "payload" in errors and text in str(errors["payload"]), errors
+    assert escape(payload) in response.content.decode()  # shown back as typed
+    assert not Schedule.objects.exists()
+    row = schedule("existing", payload={"v": 1})
+    response = admin_client.post(change_url(row), form_data(name="existing", payload=payload))
+    assert response.status_code == 200
+    assert "payload" in response.context["adminform"].form.errors
+    row.refresh_from_db()
+    assert row.payload == {"v": 1}
