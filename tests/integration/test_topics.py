@@ -88,6 +88,17 @@ def test_a_rolled_back_publish_leaves_no_message(groups):
     assert Message.objects.count() == 0
 
 
+def test_a_publish_holds_one_advisory_lock_per_group_and_key_until_it_commits(groups):
+    """What docs/topics.md bounds the number of groups by: each group's channel lock, one per
+    distinct key, taken from the server's shared lock table and held to the end."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        publish_many("orders.created", [Event({"n": n}, key=f"k{n % 2}") for n in range(10)])
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted"
+        )
+        assert cursor.fetchone()[0] == len(groups) * 2
+
+
 def test_publish_many_of_nothing_writes_nothing(groups):
     assert publish_many("orders.created", []) == []
     assert Message.objects.count() == 0 and not Unrouted.objects.exists()
