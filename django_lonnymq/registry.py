@@ -40,11 +40,11 @@ def handler(queue: str, *, timeout: timedelta | float | None = None) -> Callable
     def register(func: F) -> F:
         if not callable(func):
             raise InvalidArgument("handler", "must be callable", func)
-        if inspect.isasyncgenfunction(func) or inspect.isasyncgenfunction(getattr(func, "__call__", None)):
+        if inspect.isasyncgenfunction(func) or inspect.isasyncgenfunction(_call_of(func)):
             raise InvalidArgument(
                 "handler", "must be a function or an async def function, not an async generator", func
             )
-        if inspect.isgeneratorfunction(func) or inspect.isgeneratorfunction(getattr(func, "__call__", None)):
+        if inspect.isgeneratorfunction(func) or inspect.isgeneratorfunction(_call_of(func)):
             # A call would return a generator without running the body, and the message be acked.
             raise InvalidArgument(
                 "handler", "must be a function or an async def function, not a generator (it yields)", func
@@ -65,6 +65,11 @@ def handler(queue: str, *, timeout: timedelta | float | None = None) -> Callable
         return func
 
     return register
+
+
+def _call_of(func: Any) -> Any:
+    """What calling a callable object runs (its class's ``__call__``), None for a function."""
+    return None if inspect.isroutine(func) else vars(type(func)).get("__call__")
 
 
 def handler_timeout_ms(field: str, value: Any) -> int:

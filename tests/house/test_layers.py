@@ -38,7 +38,9 @@ def test_leaf_value_types_import_no_feature_module():
 SEAM = {f"{PACKAGE}.db"}
 OWN_CONNECTION = {f"{PACKAGE}.spark.writer", f"{PACKAGE}.spark.export"}
 RUNS_SQL = {"execute", "executemany", "raw", "cursor", "copy"}
-SQL_TEXT = re.compile(r"\b(SELECT\s.+\sFROM|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|LISTEN\s|NOTIFY\s)\b", re.I | re.S)
+SQL_TEXT = re.compile(
+    r"\b(SELECT\s.+\sFROM|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|LISTEN\s|NOTIFY\s)\b", re.I | re.S
+)
 
 
 def sql_calls(path) -> list[str]:
@@ -46,9 +48,13 @@ def sql_calls(path) -> list[str]:
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in RUNS_SQL:
             found.append(f"{path.name}:{node.lineno} .{node.func.attr}(")
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and SQL_TEXT.search(node.value):
-            if not _is_docstring_like(node.value):
-                found.append(f"{path.name}:{node.lineno} SQL text")
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and SQL_TEXT.search(node.value)
+            and not _is_docstring_like(node.value)
+        ):
+            found.append(f"{path.name}:{node.lineno} SQL text")
     return found
 
 
