@@ -15,7 +15,7 @@ PYTHON_DJANGO6 ?= $(shell for candidate in python3.12 python3.13 \
 CHROMIUM := command -v chromium >/dev/null || command -v /usr/bin/chromium >/dev/null || \
 	(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 
-.PHONY: install test test-django52 test-django6 demo bench bench-compare lint dist docs screenshots clean
+.PHONY: install test test-django52 test-django6 test-fast demo bench bench-compare lint dist docs screenshots clean
 
 $(STAMP): pyproject.toml
 	$(CHROMIUM)
@@ -52,6 +52,13 @@ test-django52: $(STAMP)
 test-django6: $(STAMP6)
 	$(VENV6)/bin/python -c 'import django; print("Django", django.get_version())'
 	$(VENV6)/bin/python -m pytest $(PYTEST_ARGS)
+
+## make test-fast: the loop while editing: the Django 5.2 suite without the tests marked slow
+## (the soak, stress and chaos runs and the few other long ones; pyproject.toml names them).
+## make test still runs everything.
+test-fast: $(STAMP)
+	$(PY) -c 'import django; print("Django", django.get_version())'
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 ## make demo: install, migrate, enqueue a skewed workload, run workers, show fairness.
 demo: $(STAMP)

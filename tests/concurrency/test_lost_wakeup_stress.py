@@ -7,7 +7,9 @@ checker looks at the scheduler invariants every 200 ms. Its length comes from
 ``LONNYMQ_STRESS_SECONDS`` (default 120, what the issue asks for).
 
 The scripted tests below replay the dangerous interleavings one step at a time with two or
-three connections, so a regression shows up in seconds rather than by chance.
+three connections, so a regression shows up in seconds rather than by chance. The stress test
+is marked ``slow`` (``make test`` runs it, ``make test-fast`` leaves it out): a shorter run
+would prove less, as its strength is the time it gives the random interleavings.
 """
 
 from __future__ import annotations
@@ -216,6 +218,7 @@ def _every_limit_kind(admin: psycopg.Connection[Any]) -> None:
     admin.execute("SELECT lonnymq_configure_queue_v1(%s, 12, false, 2000, 1000, 100, false)", [QUEUE])
 
 
+@pytest.mark.slow  # a soak: LONNYMQ_STRESS_SECONDS of traffic, then the drain
 @pytest.mark.parametrize("limits", ["channel caps and a release interval", "every limit kind and a queue cap"])
 def test_stress_many_producers_in_open_transactions_lose_and_strand_nothing(
     connect: Callable[..., psycopg.Connection[Any]], limits: str

@@ -152,6 +152,7 @@ def test_schema_file_equals_a_database_migrated_from_zero(scratch_database):
     assert not diff, "sql/schema.sql, sql/superseded.sql and the migrations disagree:\n" + "\n".join(diff)
 
 
+@pytest.mark.slow  # two to three minutes: a migrate command and a schema snapshot per step, each way
 def test_each_step_reversed_gives_back_the_schema_before_it(scratch_database):
     dsn = scratch_database("steps")
     empty = snapshot(dsn)
