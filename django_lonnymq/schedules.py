@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any, TypeVar, cast
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 import psycopg
 from cronsim import CronSim, CronSimError
@@ -73,12 +73,26 @@ TICK_BUDGET = 0.5
 
 
 def check_timezone(value: Any, field: str = "timezone") -> str:
-    """An IANA time zone name (``"Europe/Paris"``, ``"UTC"``)."""
+    """An IANA time zone name (``"Europe/Paris"``, ``"UTC"``): never a file of the host's zone
+    directory that is not a zone (``"localtime"``, ``"posixrules"``, ``"right/..."``)."""
     if not isinstance(value, str):
         raise InvalidArgument(field, "must be an IANA time zone name such as 'Europe/Paris'", value)
     arguments.name(field, value, bounds.MAX_QUEUE_NAME)
     _zone(value, field)
     return value
+
+
+# Files a zone directory may hold that ZoneInfo reads but that are not IANA zones: the host's
+# own zone (its meaning depends on the host) and the rules of POSIX TZ strings.
+# available_timezones() leaves out posix/ and right/ but lists "localtime" where the
+# directory holds it.
+_NOT_ZONES = frozenset({"localtime", "posixrules"})
+
+
+@lru_cache(maxsize=1)
+def _iana_names() -> frozenset[str]:
+    """The IANA zone names of this host's time zone data (or the tzdata package), and "UTC"."""
+    return frozenset(available_timezones() - _NOT_ZONES) | {"UTC"}
 
 
 @lru_cache(maxsize=256)
@@ -87,9 +101,18 @@ def _zone_cached(name: str) -> ZoneInfo:
 
 
 def _zone(name: str, field: str = "timezone") -> ZoneInfo:
+    if name in _NOT_ZONES:
+        raise InvalidArgument(
+            field,
+            "must be an IANA time zone name such as 'Europe/Paris', not a file of the host's "
+            "zone directory (its meaning would depend on the host)",
+            name,
+        )
     try:
+        if name not in _iana_names():
+            raise ZoneInfoNotFoundError(name)
         return _zone_cached(name)
-    except (ZoneInfoNotFoundError, ValueError, OSError):
+    except (ZoneInfoNotFoundError, ValueError, OSError, TypeError):
         raise InvalidArgument(
             field, "must be a known IANA time zone name such as 'Europe/Paris'", name
         ) from None

@@ -86,6 +86,8 @@ def test_add_with_an_interval(admin_client):
         ({"cron": "61 * * * *"}, "cron", "not a valid cron expression"),
         ({"cron": "* * *"}, "cron", "five fields"),
         ({"timezone": "Mars/Olympus_Mons"}, "timezone", "known IANA time zone"),
+        ({"timezone": "localtime"}, "timezone", "IANA time zone name"),
+        ({"timezone": "posixrules"}, "timezone", "IANA time zone name"),
         ({"cron": "", "every_seconds": "0"}, "every_seconds", "longer than zero"),
         ({"cron": "", "every_seconds": "0.5"}, "every_seconds", "between 1 second and 366 days"),
         ({"every_seconds": "10"}, "every_seconds", "not both"),
@@ -94,7 +96,7 @@ def test_add_with_an_interval(admin_client):
         ({"catch_up": "0"}, "catch_up", "Catch up must be between 1 and 1000"),
         ({"queue": "   "}, "queue", "required"),
     ],
-    ids=["bad-cron", "four-fields", "unknown-zone", "zero-interval", "sub-second", "both", "none",
+    ids=["bad-cron", "four-fields", "unknown-zone", "host-localtime", "host-posixrules", "zero-interval", "sub-second", "both", "none",
          "payload-not-json", "catch-up-0", "blank-queue"],
 )  # fmt: skip
 def test_bad_input_is_refused_on_its_field_and_nothing_is_written(admin_client, overrides, field, text):

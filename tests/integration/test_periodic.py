@@ -79,6 +79,11 @@ def only(declarations: list[schedules.Declaration], *names: str) -> list[schedul
         ({"cron": "0 0 31 2 *"}, InvalidArgument, "cron"),
         ({"cron": "*/5 * * * *", "timezone": "Mars/Olympus_Mons"}, InvalidArgument, "timezone"),
         ({"cron": "*/5 * * * *", "timezone": "../../etc/passwd"}, InvalidArgument, "timezone"),
+        ({"cron": "*/5 * * * *", "timezone": "localtime"}, InvalidArgument, "timezone"),
+        ({"cron": "*/5 * * * *", "timezone": "posixrules"}, InvalidArgument, "timezone"),
+        ({"cron": "*/5 * * * *", "timezone": "right/UTC"}, InvalidArgument, "timezone"),
+        ({"cron": "*/5 * * * *", "timezone": "posix/Europe/Paris"}, InvalidArgument, "timezone"),
+        ({"every": 10, "timezone": "localtime"}, InvalidArgument, "timezone"),
         ({"every": timedelta(0)}, InvalidArgument, "every"),
         ({"every": -5}, InvalidArgument, "every"),
         ({"every": float("nan")}, InvalidArgument, "every"),
@@ -572,3 +577,24 @@ def test_huge_numbers_are_refused_at_declaration(declared, options, field):
     assert raised.value.field == field
     assert str(raised.value).startswith(f"{field} must be between")
     assert schedules.declarations() == before
+
+
+@pytest.mark.parametrize("zone", ["localtime", "posixrules", "right/Europe/Paris"])
+def test_a_row_with_a_host_zone_file_is_parked_with_the_reason(declared, conn, zone):
+    """Written before zones were checked against the IANA names (or around the checks): its
+    meaning would depend on the host, so a check parks it rather than tick on the host's time."""
+    conn.execute(
+        "INSERT INTO lonnymq_schedule (name, queue, cron, timezone, next_tick_at)"
+        " VALUES ('host-zone', %s, '0 7 * * *', %s, 1000)",
+        [QUEUE, zone],
+    )
+    assert tick(conn, [QUEUE], now_ms=5000) == 1
+    row = Schedule.objects.get(name="host-zone")
+    assert row.next_tick_at is None and row.last_error.startswith("timezone must be")
+    assert "IANA time zone name" in row.last_error and zone in row.last_error
+    assert messages(conn) == []
+
+
+def test_iana_names_and_utc_are_accepted():
+    for zone in ("UTC", "Etc/UTC", "Europe/Paris", "America/Nuuk", "America/Godthab"):
+        assert schedules.check_timezone(zone) == zone
