@@ -26,7 +26,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.http import urlencode
 
-from .. import api, db
+from .. import api, bounds, db
 from ..conf import settings
 from ..models import Channel, Message
 from . import dashboard
@@ -77,7 +77,8 @@ class ChannelChangeList(ChangeList):
             setattr(row, COUNTS_ATTR, counts.get(row.pk))
 
 
-MAX_RELEASE_INTERVAL_MS = 365 * 86_400_000
+# What configure_channel and the schema accept (bounds.MAX_INTERVAL: 366 days).
+MAX_RELEASE_INTERVAL_MS = bounds.MAX_INTERVAL // timedelta(milliseconds=1)
 
 
 class ChannelForm(forms.ModelForm):
@@ -108,7 +109,7 @@ class ChannelForm(forms.ModelForm):
         value = self.cleaned_data["release_interval_ms"]
         if value is not None and value > MAX_RELEASE_INTERVAL_MS:
             raise forms.ValidationError(
-                f"Release interval must be at most a year ({MAX_RELEASE_INTERVAL_MS} ms)."
+                f"Release interval must be at most 366 days ({MAX_RELEASE_INTERVAL_MS} ms)."
             )
         return value
 

@@ -108,11 +108,35 @@ def test_an_invalid_limit_is_refused_and_nothing_changes(admin_client: Client) -
     assert ch.max_concurrency == 3
 
 
-def test_a_release_interval_beyond_a_year_is_refused(admin_client: Client) -> None:
+# bounds.MAX_INTERVAL: what configure_channel and the schema accept.
+DAYS_366_MS = 366 * 86_400_000
+
+
+@pytest.mark.parametrize("too_long", [DAYS_366_MS + 1, 10**15])
+def test_a_release_interval_beyond_366_days_is_refused(admin_client: Client, too_long: int) -> None:
     ch = channel()
-    response = admin_client.post(CHANGELIST, list_edit_post(ch, release_interval_ms=str(10**15)))
+    response = admin_client.post(CHANGELIST, list_edit_post(ch, release_interval_ms=str(too_long)))
     assert response.status_code == 200
-    assert "at most a year" in str(response.context["cl"].formset.errors)
+    assert "at most 366 days" in str(response.context["cl"].formset.errors)
+    ch.refresh_from_db()
+    assert ch.release_interval_ms == 0
+
+
+def test_a_release_interval_of_366_days_is_accepted_as_the_api_accepts_it(admin_client: Client) -> None:
+    ch = channel()
+    data = {"max_concurrency": "", "release_interval_ms": str(DAYS_366_MS), "weight": "1", "rate": ""}
+    with mock.patch.object(api, "configure_channel", wraps=api.configure_channel) as configure:
+        response = admin_client.post(change_url(ch), data)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    assert configure.call_args.kwargs["release_interval"] == timedelta(days=366)
+    ch.refresh_from_db()
+    assert ch.release_interval_ms == DAYS_366_MS
+    # In the list too.
+    other = channel("other")
+    response = admin_client.post(CHANGELIST, list_edit_post(other, release_interval_ms=str(DAYS_366_MS)))
+    assert response.status_code == 302
+    other.refresh_from_db()
+    assert other.release_interval_ms == DAYS_366_MS
 
 
 def test_release_interval_is_stored_to_the_millisecond(admin_client: Client) -> None:
