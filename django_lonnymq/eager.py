@@ -174,7 +174,9 @@ def _deliver(alias: str, handle: Any, queue: str, row: tuple[Any, ...]) -> str:
     connection; retries are due at once. The fail call's result ("retry" or "dead"), or "ack"."""
     from .registry import is_async
     from .worker import outcomes
+    from .worker.observer import SignalObserver
 
+    signals = SignalObserver()
     message = outcomes.message_from_row(queue, row)
     if isinstance(message.payload, str):  # Django's connection leaves jsonb as text (JSONField decodes it)
         message.payload = jsontext.decode(message.payload)
@@ -185,11 +187,18 @@ def _deliver(alias: str, handle: Any, queue: str, row: tuple[Any, ...]) -> str:
         with transaction.atomic(using=alias):
             return call(message)
 
-    outcome = outcomes.refused(message) or outcomes.run(in_savepoint, message)
+    refused = outcomes.refused(message)
+    if refused is None:
+        signals.handler_started(message)
+    outcome = refused or outcomes.run(in_savepoint, message)
     if outcome.action == "ack":
         db.value("ack", {"ids": [message.id], "tokens": [str(message.lease_token)]}, using=alias)
+        signals.acked(message)
         return "ack"
     params = outcomes.fail_params(
         outcome, backoff_base_ms=0, backoff_max_ms=0, tolerance_ms=settings.ms("WAKE_TOLERANCE"), at_once=True
     )
-    return str(db.value("fail", params, using=alias))
+    result = str(db.value("fail", params, using=alias))
+    # The same signals as a worker's (its SignalObserver), after the database recorded the run.
+    (signals.dead if result == "dead" else signals.retried)(outcome)
+    return result

@@ -29,7 +29,7 @@ from .fetching import Fetcher
 from .handlers import Handlers
 from .held import Held
 from .housekeeping import Housekeeping, Leases, Presence, Samples
-from .observer import LogObserver, Observers
+from .observer import LogObserver, Observers, SignalObserver
 from .running import Control
 from .spans import TracingObserver
 from .stats import Stats
@@ -97,6 +97,7 @@ class Worker:
         self.observers = Observers(passes=self.connection.is_lost)
         self.observers.add(LogObserver())
         self.observers.add(TracingObserver(self.connection, self.held))
+        self.observers.add(SignalObserver())
         if housekeeping:
             self.observers.add(Samples(self.connection))
         self.control = Control(

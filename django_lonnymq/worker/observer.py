@@ -3,9 +3,10 @@
 An :class:`Observer` has one method per event, each doing nothing: a subclass overrides the
 events it needs and is attached with ``worker.observers.add(observer)``. The log lines
 (:class:`LogObserver`), the spans (``spans.TracingObserver``), the per-worker metrics
-(``metrics.WorkerMetrics``) and the dashboard's samples (``housekeeping.Samples``) are
-observers. An observer that raises is logged, never fatal (a lost database connection is
-passed on, for the worker to reconnect).
+(``metrics.WorkerMetrics``), the dashboard's samples (``housekeeping.Samples``) and the
+lifecycle signals (:class:`SignalObserver`, :mod:`django_lonnymq.signals`) are observers.
+An observer that raises is logged, never fatal (a lost database connection is passed on, for
+the worker to reconnect).
 
 Events on the worker's control thread: ``fetched``, then, as the database recorded them,
 ``acked``, ``retried``, ``dead``, ``timed_out`` and ``cancelled`` (each followed by
@@ -23,6 +24,7 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from .. import signals
 from ..message import Message
 from .outcomes import FAIL_REASONS, Outcome
 
@@ -173,14 +175,20 @@ def _last_line(text: str | None) -> str:
     return lines[-1] if lines else "-"
 
 
+def dead_reason(outcome: Outcome) -> str:
+    """The reason stored with a dead-lettered message, as the ``fail`` statement records it."""
+    reason = FAIL_REASONS.get(outcome.action, "failed")
+    if outcome.message.cancel_requested and reason != "discarded":
+        reason = "cancelled"  # what lonnymq_fail_v2 records for a cancelled message
+    return reason
+
+
 class LogObserver(Observer):
     """The worker's log lines about outcomes (logger ``django_lonnymq.worker``)."""
 
     def dead(self, outcome: Outcome) -> None:
         message = outcome.message
-        reason = FAIL_REASONS.get(outcome.action, "failed")
-        if message.cancel_requested and reason != "discarded":
-            reason = "cancelled"  # what lonnymq_fail_v2 records for a cancelled message
+        reason = dead_reason(outcome)
         logger.warning(
             "message %s of %s/%s dead-lettered (reason %s, attempt %d of %d): %s",
             message.id,
@@ -196,3 +204,52 @@ class LogObserver(Observer):
         logger.warning(
             "lease on message %s expired before it finished; it may run again (raise --lease?)", message.id
         )
+
+
+# What a recorded failure that is not dead comes to, by the outcome's action.
+_AGAIN = {"timeout": "timed_out", "cancelled": "cancelled"}
+
+
+class SignalObserver(Observer):
+    """Sends the lifecycle signals of :mod:`django_lonnymq.signals` (every worker attaches
+    one; eager mode calls it too). With no receiver each event is one list check."""
+
+    def handler_started(self, message: Message) -> None:
+        if signals.message_started.receivers:
+            signals.send(signals.message_started, Message, message=message)
+
+    def acked(self, message: Message) -> None:
+        if signals.message_finished.receivers:
+            signals.send(signals.message_finished, Message, message=message, outcome="acked", error=None)
+
+    def retried(self, outcome: Outcome) -> None:
+        if signals.message_finished.receivers:
+            signals.send(
+                signals.message_finished,
+                Message,
+                message=outcome.message,
+                outcome=_AGAIN.get(outcome.action, "retried"),
+                error=outcome.error,
+            )
+
+    def dead(self, outcome: Outcome) -> None:
+        if signals.message_dead.receivers:
+            signals.send(
+                signals.message_dead,
+                Message,
+                message=outcome.message,
+                reason=dead_reason(outcome),
+                error=outcome.error,
+            )
+        if signals.message_finished.receivers:
+            signals.send(
+                signals.message_finished,
+                Message,
+                message=outcome.message,
+                outcome="dead",
+                error=outcome.error,
+            )
+
+    def lease_lost(self, message: Message) -> None:
+        if signals.message_finished.receivers:
+            signals.send(signals.message_finished, Message, message=message, outcome="lease_lost", error=None)

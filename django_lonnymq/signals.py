@@ -1,0 +1,62 @@
+"""Django signals about each message's life, sent in the process that runs its handler.
+
+A worker (``run_queue_worker``, ``testing.drain``) and eager mode send them; the enqueuing
+process does not. Every signal's ``sender`` is :class:`~django_lonnymq.message.Message` (the
+class), and ``message`` is the message itself:
+
+- :data:`message_started` (``message``): right before its handler runs, in the thread that
+  runs it (for an ``async def`` handler, on the worker's event loop: keep receivers quick).
+- :data:`message_finished` (``message``, ``outcome``, ``error``): once per run, after the
+  database recorded what the run came to; ``outcome`` is one of :data:`FINISHED`, ``error``
+  the stored error text (None after an ack or a snooze).
+- :data:`message_dead` (``message``, ``reason``, ``error``): the message went to the dead
+  letters; ``reason`` is the one stored with it (``failed``, ``discarded``, ``timeout``,
+  ``cancelled``, ``snoozed too often``). ``message_finished`` with outcome ``dead`` follows.
+
+A receiver that raises is logged (logger ``django_lonnymq.signals``) and changes nothing:
+not the message's outcome, not the worker. With no receiver connected a signal costs one
+list check per event.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.dispatch import Signal
+
+logger = logging.getLogger("django_lonnymq.signals")
+
+# What a run came to (message_finished's ``outcome``). "dead": in the dead letters, whatever
+# the reason; "timed_out" and "cancelled": interrupted and due again; "lease_lost": the lease
+# expired before the outcome could be recorded, so the message may run again.
+FINISHED = ("acked", "retried", "snoozed", "dead", "timed_out", "cancelled", "lease_lost")
+
+message_started = Signal()
+message_finished = Signal()
+message_dead = Signal()
+
+
+def send(signal: Signal, sender: Any, **named: Any) -> None:
+    """Send ``signal`` to its receivers; log, never raise, what one of them raises (Django's
+    ``send_robust`` logs the traceback on ``django.dispatch``; this line names the message)."""
+    if not signal.receivers:
+        return
+    for receiver, result in signal.send_robust(sender, **named):
+        if isinstance(result, Exception):
+            message = named.get("message")
+            logger.error(
+                "receiver %s of %s failed on message %s of %s: %r",
+                getattr(receiver, "__qualname__", receiver),
+                _name_of(signal),
+                getattr(message, "id", "-"),
+                getattr(message, "queue", "-"),
+                result,
+            )
+
+
+def _name_of(signal: Signal) -> str:
+    for name in ("message_started", "message_finished", "message_dead"):
+        if globals()[name] is signal:
+            return name
+    return repr(signal)
