@@ -118,11 +118,22 @@ class ControlConnection:
                 if delay > 0.5 or self.stats.reconnects:
                     logger.warning("worker %s connected to the database again", self.name)
                 return True
-            except DB_ERRORS as exc:
+            except (*DB_ERRORS, OSError) as exc:
+                # OSError: this process is out of a resource (too many open files, memory), not
+                # the database: the same back-off, saying which.
                 self.conn = None
                 if self.stopping.is_set():
                     return False
-                logger.error("database unavailable (%s); retrying in %.1fs", first_line(exc), delay)
+                if isinstance(exc, DB_ERRORS):
+                    logger.error("database unavailable (%s); retrying in %.1fs", first_line(exc), delay)
+                else:
+                    logger.error(
+                        "cannot connect to the database: this process is out of a resource (%s: %s); "
+                        "retrying in %.1fs",
+                        type(exc).__name__,
+                        exc,
+                        delay,
+                    )
                 self.stopping.wait(delay)
                 delay = min(delay * 2, 30.0)
         return True

@@ -14,6 +14,11 @@ Metrics (label ``queue``; ``outcome`` one of :data:`~django_lonnymq.worker.obser
   free handler thread);
 - ``lonnymq_worker_info{worker, host, pid}`` (1) and ``lonnymq_worker_concurrency``.
 
+The endpoint has no login: it listens on 127.0.0.1 unless told otherwise, drops a request not
+sent within :data:`REQUEST_TIMEOUT` and serves at most :data:`MAX_CONNECTIONS` at once (more
+are closed at once), so idle connections cannot take the worker's threads and file
+descriptors (and with them its way back to the database after a restart).
+
 prometheus-client is the ``metrics`` extra: imported only when metrics are served.
 """
 
@@ -21,6 +26,8 @@ from __future__ import annotations
 
 import os
 import socket
+import socketserver
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,6 +35,11 @@ from ..message import Message
 from .held import Held
 from .observer import OUTCOMES, Observer
 from .outcomes import Outcome
+
+# A connection whose request is not sent within this (each read) is closed.
+REQUEST_TIMEOUT = 5.0
+# Connections served at once; more are closed as they come.
+MAX_CONNECTIONS = 100
 
 # Handler durations from 5 ms to 10 min.
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -115,12 +127,20 @@ class WorkerMetrics(Observer):
 
     # -- the endpoint ------------------------------------------------------------------
 
-    def serve(self, port: int, address: str = "0.0.0.0") -> int:
+    def serve(self, port: int, address: str = "127.0.0.1") -> int:
         """Serve ``/metrics`` on ``address:port`` (0: a free port) from a daemon thread; the port."""
-        from prometheus_client import start_http_server
+        from prometheus_client.exposition import MetricsHandler
 
-        self._server, _ = start_http_server(port, addr=address, registry=self.registry)
-        return int(self._server.server_address[1])
+        class Handler(MetricsHandler.factory(self.registry)):  # type: ignore[misc]
+            timeout = REQUEST_TIMEOUT
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # a scrape is not news; a client that went away neither
+
+        server = _BoundedServer((address, port), Handler, MAX_CONNECTIONS)
+        threading.Thread(target=server.serve_forever, name="lonnymq-metrics", daemon=True).start()
+        self._server = server
+        return int(server.server_address[1])
 
     def close(self) -> None:
         if self._server is not None:
@@ -129,21 +149,54 @@ class WorkerMetrics(Observer):
             self._server = None
 
 
+class _BoundedServer(socketserver.ThreadingTCPServer):
+    """A thread per connection, at most ``limit`` at once: one past it is closed at once."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128  # the listen backlog (socketserver's default is 5)
+
+    def __init__(self, address: tuple[str, int], handler: Any, limit: int):
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self._slots = threading.BoundedSemaphore(limit)
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that went away (or sent nothing in time) is not the worker's error
+
+
 class _LeasedCollector:
     """``lonnymq_worker_leased_messages``: read from the worker's leases at scrape time."""
 
     def __init__(self, queues: list[str], held: Held):
+        from prometheus_client.core import GaugeMetricFamily  # now: a scrape may find no free fd
+
         self.queues = queues
         self.held = held
+        self.family = GaugeMetricFamily
 
     def describe(self) -> list[Any]:
         return []
 
     def collect(self) -> Any:
-        from prometheus_client.core import GaugeMetricFamily
-
         held = self.held.by_queue()
-        family = GaugeMetricFamily(
+        family = self.family(
             "lonnymq_worker_leased_messages",
             "Messages this worker holds a lease on now (running, or waiting for a free handler thread).",
             labels=["queue"],

@@ -184,9 +184,12 @@ class Command(BaseCommand):
             "prometheus-client (the metrics extra). One port per worker process.",
         )
         parser.add_argument(
+            "--metrics-host",
             "--metrics-address",
-            default="0.0.0.0",
-            help="Address the metrics port listens on (default 0.0.0.0, every interface).",
+            dest="metrics_address",
+            default="127.0.0.1",
+            help="Address the metrics port listens on (default 127.0.0.1, this host only). The "
+            "endpoint has no login: 0.0.0.0 serves every interface, so firewall the port.",
         )
         parser.add_argument(
             "--name",
