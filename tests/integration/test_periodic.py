@@ -526,6 +526,22 @@ def test_timing_gives_up_a_walk_that_does_not_end_at_once(zone):
     assert timing.next_after(april) == april + 3_600_000
 
 
+def test_the_cron_walk_counts_its_steps():
+    """The bound hooks into cronsim's search loop (its month step): if a cronsim release
+    renamed that step, the walks would go uncounted, and this fails at once."""
+    from cronsim import CronSim
+
+    assert all(callable(getattr(CronSim, step, None)) for step in ("advance_month", "reverse_month"))
+    budget = schedules._Budget()
+    timing = Timing("0 0 29 2 *", None, "Europe/Paris")
+    start = ms(datetime(2026, 1, 1, tzinfo=UTC))
+    timing.next_after(start, budget)
+    timing.due(start, ms(datetime(2040, 1, 1, tzinfo=UTC)), 3, budget)
+    assert 0 < schedules.CRON_CHECK_STEPS - budget.left < 1000
+    with pytest.raises(InvalidArgument, match="used up the 2 steps of one computation"):
+        timing.next_after(start, schedules._Budget(steps=2))
+
+
 def test_a_tick_check_computes_for_a_bounded_time_and_leaves_the_rest_due(declared, conn):
     """Past its time budget a check starts no more computations (the first is always made):
     the rest of the batch stays due, unlocked, for the next check."""
