@@ -3,19 +3,20 @@ or its oldest ready message has waited too long. ``lonnymq_health`` fails on the
 dashboard shows them (docs/admin.md, "Alarms"); ``/metrics`` exports the figures behind them
 (``lonnymq_live_workers``, ``lonnymq_oldest_ready_age_seconds``) for a Prometheus rule.
 
-A paused channel's messages are paused, not ready: they never ring either alarm.
+A paused channel's messages are paused, not ready: they never ring either alarm; nor does
+the backlog of a paused queue (``api.pause_queue``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from . import db
 from .bounds import MAX_INTERVAL
 from .conf import DEFAULTS, lost_after, settings, to_ms
 from .figures import format_age
-from .models import QueueSample
+from .models import QueueConfig, QueueSample
 
 UNSERVED = "unserved"
 READY_AGE = "ready_age"
@@ -61,11 +62,13 @@ def alarms(
     *,
     max_age: float | None,
     workers_required: bool,
+    paused: Collection[str] = (),
 ) -> list[Alarm]:
-    """The alarms of each queue's live figures (``QueueSample.live()``) and live workers."""
+    """The alarms of each queue's live figures (``QueueSample.live()``) and live workers;
+    the queues in ``paused`` (:func:`paused_queues`) ring none."""
     found: list[Alarm] = []
     for sample in samples:
-        if sample.ready <= 0:
+        if sample.ready <= 0 or sample.queue in paused:
             continue  # nothing a worker could take now (a paused channel's are not ready)
         if workers_required and not live.get(sample.queue):
             found.append(
@@ -89,8 +92,20 @@ def alarms(
     return found
 
 
+def paused_queues(using: str | None = None) -> set[str]:
+    """The queues paused now (``api.pause_queue``)."""
+    alias = using or settings.DATABASE
+    return set(QueueConfig.objects.using(alias).filter(paused=True).values_list("queue", flat=True))
+
+
 def current(using: str | None = None, samples: list[QueueSample] | None = None) -> list[Alarm]:
     """The alarms now, by the settings (the dashboard's)."""
     if samples is None:
         samples = QueueSample.live(using=using)
-    return alarms(samples, live_workers(using), max_age=max_ready_age(), workers_required=require_workers())
+    return alarms(
+        samples,
+        live_workers(using),
+        max_age=max_ready_age(),
+        workers_required=require_workers(),
+        paused=paused_queues(using),
+    )

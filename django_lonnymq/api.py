@@ -267,6 +267,24 @@ def configure_queue(
     return bool(db.value("configure_queue", params, using=using))
 
 
+def pause_queue(queue: str, *, using: str | None = None) -> bool:
+    """Pause a whole queue: from its next dequeue, no worker takes a message from it.
+
+    Workers stay up and serve their other queues; messages already running finish;
+    enqueues, publishes and schedule ticks still write. A queue is a name: one that holds
+    nothing yet may be paused (an invalid name raises
+    :class:`~django_lonnymq.exceptions.InvalidArgument`). Returns whether it was running.
+    """
+    arguments.queue(queue)
+    return bool(db.value("pause_queue", {"queue": queue, "paused": True}, using=using))
+
+
+def resume_queue(queue: str, *, using: str | None = None) -> bool:
+    """Resume a paused queue (idle workers are woken). Returns whether it was paused."""
+    arguments.queue(queue)
+    return bool(db.value("pause_queue", {"queue": queue, "paused": False}, using=using))
+
+
 def requeue_dead(ids: Iterable[int], *, reset_attempts: bool = True, using: str | None = None) -> list[int]:
     """Move dead messages back into their channels, ready now. Returns the ids requeued."""
     params = {"ids": arguments.message_ids(ids), "reset_attempts": bool(reset_attempts), **enqueue_params()}

@@ -212,9 +212,10 @@ class Message(models.Model):
 
 
 class QueueConfig(models.Model):
-    """Queue-wide limits (across all workers and channels of a queue): a concurrency cap and a
-    token bucket. A queue without a row has neither, and pays nothing for them. Write it
-    through :func:`django_lonnymq.api.configure_queue` (the admin does)."""
+    """Queue-wide limits (across all workers and channels of a queue): a concurrency cap, a
+    token bucket, and the pause. A queue without a row has none, and pays nothing for them.
+    Write it through :func:`django_lonnymq.api.configure_queue` and
+    :func:`~django_lonnymq.api.pause_queue` (the admin does)."""
 
     queue = models.CharField(max_length=100, primary_key=True)
     max_concurrency = models.IntegerField(
@@ -228,6 +229,7 @@ class QueueConfig(models.Model):
     last_release_at = models.BigIntegerField(null=True, blank=True, editable=False)
     next_token_at = models.BigIntegerField(null=True, blank=True, editable=False)
     updated_at = models.DateTimeField(default=timezone.now, editable=False)
+    paused = models.BooleanField(default=False, help_text="A paused queue's workers take nothing from it.")
 
     class Meta:
         db_table = "lonnymq_queue_config"
@@ -262,7 +264,7 @@ class QueueConfig(models.Model):
                 name="lonnymq_queue_config_rate_burst_range",
             ),
             models.CheckConstraint(
-                condition=Q(max_concurrency__isnull=False) | Q(rate_count__isnull=False),
+                condition=Q(max_concurrency__isnull=False) | Q(rate_count__isnull=False) | Q(paused=True),
                 name="lonnymq_queue_config_has_a_limit",
             ),
             models.CheckConstraint(

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
-from .alarms import live_workers
+from .alarms import live_workers, paused_queues
 from .models import QueueSample
 
 
@@ -64,6 +64,15 @@ class QueueCollector:
         for queue in sorted({sample.queue for sample in samples} | set(live)):
             workers.add_metric([queue], live.get(queue, 0))
         yield workers
+        paused = paused_queues(self.using)
+        queue_paused = GaugeMetricFamily(
+            "lonnymq_queue_paused",
+            "1 while the whole queue is paused (api.pause_queue): workers take nothing from it.",
+            labels=["queue"],
+        )
+        for queue in sorted({sample.queue for sample in samples} | paused):
+            queue_paused.add_metric([queue], 1 if queue in paused else 0)
+        yield queue_paused
         # Exposed as lonnymq_released_total. The sum falls when a channel is deleted, which
         # Prometheus reads as a counter reset (see docs/admin.md).
         released = CounterMetricFamily(

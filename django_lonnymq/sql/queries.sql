@@ -125,6 +125,10 @@ SELECT lonnymq_configure_queue_v1(%(queue)s::text, %(max_concurrency)s::integer,
                                   %(rate_count)s::integer, %(rate_period_ms)s::bigint, %(rate_burst)s::integer,
                                   %(no_rate)s::boolean)
 
+-- name: pause_queue
+-- Pause (paused = true) or resume a whole queue; whether its state changed.
+SELECT lonnymq_pause_queue_v1(%(queue)s::text, %(paused)s::boolean)
+
 -- name: check
 SELECT channel_id, queue, channel, problem, detail FROM lonnymq_check_v1(%(grace_ms)s::bigint)
  ORDER BY channel_id, problem

@@ -226,8 +226,9 @@ CREATE INDEX lonnymq_dead_channel_idx ON lonnymq_dead_message (channel_id);
 -- token bucket. Only queues with a row pay for them: a dequeue of such a queue locks its row
 -- (the only row every dequeuer of the queue shares), a lease that took a slot is flagged
 -- (lonnymq_message.queue_slot), and only flagged leases give a slot back. A queue without
--- a row costs one index probe per dequeue and nothing per ack. At least one limit is set:
--- configure_queue deletes the row when the last one is removed.
+-- a row costs one index probe per dequeue and nothing per ack. A paused queue
+-- (lonnymq_pause_queue_v1) releases nothing. At least one limit is set, or the pause:
+-- configure_queue and resuming delete the row when nothing is left.
 CREATE TABLE lonnymq_queue_config (
     queue            text        PRIMARY KEY,
     max_concurrency  integer     NULL,
@@ -241,6 +242,8 @@ CREATE TABLE lonnymq_queue_config (
     last_release_at  bigint      NULL,
     next_token_at    bigint      NULL,
     updated_at       timestamptz NOT NULL DEFAULT now(),
+    -- Paused: its dequeues release nothing (api.pause_queue / resume_queue).
+    paused           boolean     NOT NULL DEFAULT false,
     CONSTRAINT lonnymq_queue_config_queue_length CHECK (char_length(queue) BETWEEN 1 AND 100),
     CONSTRAINT lonnymq_queue_config_queue_not_blank CHECK (queue ~ '\S'),
     CONSTRAINT lonnymq_queue_config_max_concurrency_positive
@@ -250,7 +253,8 @@ CREATE TABLE lonnymq_queue_config (
     CONSTRAINT lonnymq_queue_config_rate_count_range CHECK (rate_count BETWEEN 1 AND 1000000),
     CONSTRAINT lonnymq_queue_config_rate_period_range CHECK (rate_period_ms BETWEEN 1 AND 31622400000),
     CONSTRAINT lonnymq_queue_config_rate_burst_range CHECK (rate_burst BETWEEN 1 AND 1000000),
-    CONSTRAINT lonnymq_queue_config_has_a_limit CHECK (max_concurrency IS NOT NULL OR rate_count IS NOT NULL),
+    CONSTRAINT lonnymq_queue_config_has_a_limit
+        CHECK (max_concurrency IS NOT NULL OR rate_count IS NOT NULL OR paused),
     CONSTRAINT lonnymq_queue_config_in_flight_nonnegative CHECK (in_flight >= 0),
     CONSTRAINT lonnymq_queue_config_bucket_level_nonnegative CHECK (bucket_level >= 0)
 );
@@ -1187,7 +1191,7 @@ $$;
 -- in pick order, then the second, and so on. When every due channel is held by another
 -- dequeuer, the call leases messages of those without limits without their rows
 -- (lonnymq_dequeue_held_v1). A queue with a lonnymq_queue_config row releases no more than
--- its cap's free slots and its bucket's tokens allow.
+-- its cap's free slots and its bucket's tokens allow, and nothing while it is paused.
 CREATE FUNCTION lonnymq_dequeue_v1(
     p_queue        text,
     p_batch_size   integer DEFAULT 1,
@@ -1271,10 +1275,14 @@ BEGIN
     BEGIN
         -- 0. A queue-wide limit: lock the queue's row (the wait is bounded by the lock
         --    timeout), so concurrent dequeuers of the queue never admit more than it allows.
-        --    Without a row this is one index probe.
+        --    Without a row this is one index probe. A paused queue releases nothing.
         SELECT * INTO v_qc FROM lonnymq_queue_config qc WHERE qc.queue = p_queue FOR NO KEY UPDATE;
         v_q_known := true;
         IF v_qc.queue IS NOT NULL THEN
+            IF v_qc.paused THEN
+                PERFORM pg_catalog.set_config('lock_timeout', v_lock_timeout, true);
+                RETURN;
+            END IF;
             IF v_qc.max_concurrency IS NOT NULL THEN
                 v_batch := least(v_batch, greatest(v_qc.max_concurrency - v_qc.in_flight, 0));
             END IF;
@@ -1523,8 +1531,8 @@ $$;
 
 -- The earliest time any eligible channel of these queues may release (NULL: none queued).
 -- Idle workers sleep until then, or until a notification wakes them. A queue at its
--- queue-wide cap has no such time (an ack that gives a slot back notifies); a queue-wide
--- bucket's next token comes first.
+-- queue-wide cap has no such time (an ack that gives a slot back notifies), nor has a paused
+-- queue (resuming notifies); a queue-wide bucket's next token comes first.
 CREATE FUNCTION lonnymq_next_due_v1(p_queues text[]) RETURNS bigint
 LANGUAGE sql STABLE
 SET search_path FROM CURRENT
@@ -1542,7 +1550,8 @@ AS $$
         -- A producer's committed mark: the next dequeue applies it.
         (SELECT w.dequeue_at FROM lonnymq_wake w WHERE w.queue = q.name ORDER BY w.dequeue_at LIMIT 1)
     ) x
-    WHERE qc.max_concurrency IS NULL OR qc.in_flight < qc.max_concurrency
+    WHERE (qc.max_concurrency IS NULL OR qc.in_flight < qc.max_concurrency)
+      AND qc.paused IS NOT TRUE
 $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -2180,7 +2189,8 @@ $$;
 
 -- Set or change a queue's queue-wide limits: a NULL argument leaves that limit as it is
 -- (p_unlimited removes the cap, p_no_rate the bucket); with no limit left the queue's row
--- is deleted and its dequeues pay nothing again. The row is locked (or created) first.
+-- is deleted and its dequeues pay nothing again, unless the queue is paused (the row then
+-- keeps the pause alone). The row is locked (or created) first.
 -- Setting a cap where there was none counts the queue's leases already running (claimed
 -- with SKIP LOCKED: a locked one is leaving flight, and waiting on it could deadlock with
 -- its ack), so the cap holds at once. A new or changed rate starts with a full bucket.
@@ -2231,7 +2241,7 @@ BEGIN
     v_period := CASE WHEN v_new_rate THEN p_rate_period_ms WHEN p_no_rate THEN NULL ELSE v_old.rate_period_ms END;
     v_burst := CASE WHEN v_new_rate THEN p_rate_burst WHEN p_no_rate THEN NULL ELSE v_old.rate_burst END;
     PERFORM pg_catalog.pg_notify('lonnymq_wakeup', p_queue);
-    IF v_max IS NULL AND v_count IS NULL THEN
+    IF v_max IS NULL AND v_count IS NULL AND v_old.paused IS NOT TRUE THEN
         DELETE FROM lonnymq_queue_config qc WHERE qc.queue = p_queue;
         RETURN false;
     END IF;
@@ -2251,8 +2261,9 @@ BEGIN
     ELSE
         v_in_flight := v_old.in_flight;
     END IF;
-    INSERT INTO lonnymq_queue_config AS qc (queue, max_concurrency, rate_count, rate_period_ms, rate_burst, in_flight)
-    VALUES (p_queue, v_max, v_count, v_period, v_burst, v_in_flight)
+    INSERT INTO lonnymq_queue_config AS qc (queue, max_concurrency, rate_count, rate_period_ms, rate_burst, in_flight,
+                                            paused)
+    VALUES (p_queue, v_max, v_count, v_period, v_burst, v_in_flight, coalesce(v_old.paused, false))
     ON CONFLICT (queue) DO UPDATE
        SET max_concurrency = excluded.max_concurrency,
            rate_count = excluded.rate_count,
@@ -2262,6 +2273,49 @@ BEGIN
            bucket_level = CASE WHEN v_new_rate OR p_no_rate THEN NULL ELSE qc.bucket_level END,
            next_token_at = CASE WHEN v_new_rate OR p_no_rate THEN NULL ELSE qc.next_token_at END,
            updated_at = pg_catalog.now();
+    RETURN v_max IS NOT NULL OR v_count IS NOT NULL;
+END
+$$;
+
+-- Pause (p_paused) or resume a whole queue: its dequeues release nothing while it is paused;
+-- enqueues, publishes and schedule ticks still write, and running messages finish. A queue
+-- is a name: pausing one nothing has used yet is allowed (it is paused when work comes).
+-- The pause lives on the queue's lonnymq_queue_config row (created if missing); resuming
+-- deletes the row when it holds no limit, so an unpaused queue without limits costs its
+-- dequeues one index probe, as before. Serialized with configure_queue (the same advisory
+-- lock, then the row lock, which waits for a dequeue holding it). Resuming wakes idle
+-- workers. Returns whether the state changed.
+CREATE FUNCTION lonnymq_pause_queue_v1(p_queue text, p_paused boolean) RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_old lonnymq_queue_config%ROWTYPE;
+BEGIN
+    IF p_queue IS NULL OR pg_catalog.char_length(p_queue) NOT BETWEEN 1 AND 100 OR p_queue !~ '\S' THEN
+        PERFORM lonnymq_raise_invalid_v1('queue', 'must be 1 to 100 characters, not only blanks',
+                                         pg_catalog.quote_nullable(p_queue));
+    END IF;
+    IF p_paused IS NULL THEN
+        PERFORM lonnymq_raise_invalid_v1('paused', 'must be true or false', 'NULL');
+    END IF;
+    PERFORM pg_catalog.pg_advisory_xact_lock(lonnymq_lock_ns_v1() + 1, pg_catalog.hashtext(p_queue));
+    SELECT * INTO v_old FROM lonnymq_queue_config qc WHERE qc.queue = p_queue FOR NO KEY UPDATE;
+    IF coalesce(v_old.paused, false) = p_paused THEN
+        RETURN false;
+    END IF;
+    IF p_paused THEN
+        INSERT INTO lonnymq_queue_config AS qc (queue, paused) VALUES (p_queue, true)
+        ON CONFLICT (queue) DO UPDATE SET paused = true, updated_at = pg_catalog.now();
+        RETURN true;
+    END IF;
+    IF v_old.max_concurrency IS NULL AND v_old.rate_count IS NULL THEN
+        DELETE FROM lonnymq_queue_config qc WHERE qc.queue = p_queue;
+    ELSE
+        UPDATE lonnymq_queue_config qc SET paused = false, updated_at = pg_catalog.now()
+         WHERE qc.queue = p_queue;
+    END IF;
+    PERFORM pg_catalog.pg_notify('lonnymq_wakeup', p_queue);
     RETURN true;
 END
 $$;

@@ -31,8 +31,10 @@ DOCUMENTED = {
     "django_lonnymq.api": [
         "Item", "Problem", "aenqueue", "aenqueue_many", "cancel", "cancel_rows", "check",
         "configure_channel", "configure_queue", "delete_channel", "enqueue", "enqueue_many",
-        "now_ms", "purge_channel", "purge_dead", "reap", "requeue_dead", "run_now",
+        "now_ms", "pause_queue", "purge_channel", "purge_dead", "reap", "requeue_dead", "resume_queue",
+        "run_now",
     ],
+    "django_lonnymq.signals": ["message_dead", "message_finished", "message_started"],
     "django_lonnymq.testing": ["assert_enqueued", "assert_nothing_enqueued", "drain", "eager", "enqueued"],
     "django_lonnymq.tasks": ["LonnyMQBackend"],
     "django_lonnymq.spark": ["export"],

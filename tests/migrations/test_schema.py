@@ -69,6 +69,8 @@ RELEASED = {
     "0021_payload_depth.down.sql": "fadeca60de6c3f7994cc0667eae14499342df12b49cf0eb59364dafb59c01112",
     "0021_payload_depth.up.sql": "e94c9cf420d59f654adf2362261232992e32d7bd338f2be928ac1e140becf466",
     "0022_cancel_message_cap.up.sql": "d70d0d604b546f14ee7a41fb636cd78dda41d508a70b6dc509f0eed9ea6f7820",
+    "0023_pause_queue.down.sql": "b84eb44dee6030d35a435b045c726cd528d84407142fcfa2ba8e2b30be989e1b",
+    "0023_pause_queue.up.sql": "0912affd2d6fbd7542af3ddbeeb100348d1fb4e7d1d9997b295d56d6f4a5d5dd",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

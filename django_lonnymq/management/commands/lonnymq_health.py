@@ -161,11 +161,13 @@ class Command(BaseCommand):
 
         samples = QueueSample.live(using=alias)
         live = alarms.live_workers(alias)
+        paused = alarms.paused_queues(alias)  # a paused queue's backlog rings no alarm
         report["queues"] = {
             sample.queue: {
                 "oldest_ready_s": sample.oldest_ready_seconds,
                 "ready": sample.ready,
                 "paused": sample.paused,
+                "queue_paused": sample.queue in paused,
                 "live_workers": live.get(sample.queue, 0),
             }
             for sample in samples
@@ -176,7 +178,7 @@ class Command(BaseCommand):
         required = options["require_workers"]
         if required is None:
             required = alarms.require_workers()
-        found_alarms = alarms.alarms(samples, live, max_age=limit, workers_required=required)
+        found_alarms = alarms.alarms(samples, live, max_age=limit, workers_required=required, paused=paused)
         report["alarms"] = [alarm.__dict__ for alarm in found_alarms]
         problems.extend(alarm.text for alarm in found_alarms)
 
