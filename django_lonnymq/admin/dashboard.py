@@ -3,7 +3,9 @@ admin): every queue's figures now, and the chosen queue's history, rates and cha
 
 The figures come from ``QueueSample.live()`` (exact, one SQL function call for all queues)
 and the history from ``lonnymq_queue_sample`` rows (recorded by the workers, or by
-``manage.py lonnymq_stats --record``). See docs/admin.md.
+``manage.py lonnymq_stats --record``). A user with the change permission on queue limits
+(``QueueConfig``) gets a Pause / Resume button per queue (a POST to the same page, which calls
+``api.pause_queue`` / ``api.resume_queue``). See docs/admin.md.
 """
 
 from __future__ import annotations
@@ -11,16 +13,18 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db import router
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import urlencode
 
-from .. import alarms, db
+from .. import alarms, api, db
 from ..conf import settings
+from ..exceptions import InvalidArgument
 from ..figures import (
     RATE_WINDOW,
     format_age,
@@ -29,10 +33,10 @@ from ..figures import (
     net_drain_per_minute,
     throughput,
 )
-from ..models import Channel, DeadMessage, QueueSample
+from ..models import Channel, DeadMessage, QueueConfig, QueueSample
 from ..urlparams import storable
 from .charts import backlog_chart, drain_chart, thin, throughput_chart
-from .common import COUNT_CAP, count_text, rate_text, when
+from .common import COUNT_CAP, count_text, has_perm, rate_text, when
 
 # Dashboard windows (minutes) and the default one.
 WINDOWS = [(15, "15 minutes"), (60, "1 hour"), (360, "6 hours"), (1440, "24 hours")]
@@ -45,19 +49,58 @@ def view(model_admin: admin.ModelAdmin[Any], request: HttpRequest) -> HttpRespon
     """The page, for users who may view channels (``model_admin`` is the channel admin)."""
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
+    if request.method == "POST":
+        return pause_or_resume(request)
     context = {
         **model_admin.admin_site.each_context(request),
         **dashboard_context(request, using=router.db_for_read(Channel)),
         "opts": model_admin.opts,
+        "can_pause": may_pause(request),
     }
     request.current_app = model_admin.admin_site.name
     return TemplateResponse(request, "admin/django_lonnymq/channel/dashboard.html", context)
+
+
+def may_pause(request: HttpRequest) -> bool:
+    """Whether the user may pause and resume queues: the change permission on queue limits."""
+    return has_perm(request, QueueConfig, "change")
+
+
+def pause_or_resume(request: HttpRequest) -> HttpResponse:
+    """The Pause / Resume buttons: ``queue`` and ``action`` (``pause`` or ``resume``) posted
+    (with the CSRF token the admin checks), then back to the page showing that queue."""
+    if not may_pause(request):
+        raise PermissionDenied
+    queue = request.POST.get("queue", "")
+    action = request.POST.get("action")
+    if action not in ("pause", "resume"):
+        raise PermissionDenied
+    try:
+        if action == "pause":
+            changed = api.pause_queue(queue, using=router.db_for_write(QueueConfig))
+        else:
+            changed = api.resume_queue(queue, using=router.db_for_write(QueueConfig))
+    except InvalidArgument as exc:
+        messages.error(request, str(exc))
+        return HttpResponseRedirect(request.path)
+    state = "paused" if action == "pause" else "running"
+    if changed:
+        done = "Paused" if action == "pause" else "Resumed"
+        messages.success(request, f"{done} the queue “{queue}”.")
+    else:
+        messages.warning(request, f"The queue “{queue}” was already {state}.")
+    query = {"queue": queue}
+    minutes = request.POST.get("minutes")
+    if minutes and minutes.isdigit():
+        query["minutes"] = minutes
+    return HttpResponseRedirect(f"{request.path}?{urlencode(query)}")
 
 
 def dashboard_context(request: HttpRequest, *, using: str | None = None) -> dict[str, Any]:
     """Figures of every queue, and history, rates and charts of the chosen one."""
     alias = using or settings.DATABASE
     live = QueueSample.live(using=alias)
+    paused = alarms.paused_queues(alias)
     asked = request.GET.get("queue")
     # Without a choice: the queue with the most ready messages (then the deepest, then by name).
     busiest = sorted(live, key=lambda sample: (-sample.ready, -sample.depth, sample.queue))
@@ -85,17 +128,23 @@ def dashboard_context(request: HttpRequest, *, using: str | None = None) -> dict
     recent = throughput(points, since=now - RATE_WINDOW)
     in_window = throughput(points, since=now - timedelta(minutes=minutes))
     return {
-        "title": f"Queue dashboard: {selected}" if selected else "Queue dashboard",
+        "title": (
+            f"Queue dashboard: {selected}{' (paused)' if selected in paused else ''}"
+            if selected
+            else "Queue dashboard"
+        ),
         "subtitle": None,
         "queues": [
             {
                 "sample": sample,
                 "oldest": format_age(sample.oldest_ready_seconds),
                 "selected": sample.queue == selected,
+                "paused": sample.queue in paused,
             }
             for sample in live
         ],
         "selected": selected,
+        "queue_paused": selected in paused,
         "current": current,
         "alarms": alarms.current(alias, live),
         "tenants": tenants(selected, current, using=alias) if current else [],

@@ -1,7 +1,9 @@
-"""The queue-limits pages (a queue-wide concurrency cap and rate).
+"""The queue-limits pages (a queue-wide concurrency cap and rate, and the pause).
 
 Rates are edited in human units ("100 / min, burst 20", :class:`.common.RateField`); every
-write goes through :func:`django_lonnymq.api.configure_queue`, never an ORM save.
+write goes through :func:`django_lonnymq.api.configure_queue`, never an ORM save. The actions
+"Pause the selected queues" / "Resume the selected queues" call
+:func:`django_lonnymq.api.pause_queue` / :func:`~django_lonnymq.api.resume_queue` per row.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db import router
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -51,8 +53,10 @@ class QueueConfigForm(forms.ModelForm):
 @admin.register(QueueConfig)
 class QueueConfigAdmin(admin.ModelAdmin):
     form = QueueConfigForm
-    list_display = ("queue", "cap", "rate_display", "in_flight_now", "next_token")
-    readonly_fields = ("in_flight_now", "next_token", "updated_at")
+    list_display = ("queue", "paused", "cap", "rate_display", "in_flight_now", "next_token")
+    list_filter = ("paused",)
+    readonly_fields = ("paused", "in_flight_now", "next_token", "updated_at")
+    actions = ("pause_queues", "resume_queues")
     search_fields = ("queue",)
     show_facets = admin.ShowFacets.NEVER
 
@@ -107,3 +111,39 @@ class QueueConfigAdmin(admin.ModelAdmin):
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[QueueConfig]) -> None:
         for obj in queryset:
             self.delete_model(request, obj)
+
+    # -- actions -------------------------------------------------------------------------------
+
+    def _set_paused(self, request: HttpRequest, queryset: QuerySet[QueueConfig], paused: bool) -> None:
+        """``api.pause_queue`` / ``api.resume_queue`` per selected queue; says which changed."""
+        using = router.db_for_write(QueueConfig)
+        change = api.pause_queue if paused else api.resume_queue
+        changed: list[str] = []
+        unchanged: list[str] = []
+        for obj in queryset.order_by("queue"):
+            if change(obj.queue, using=using):
+                changed.append(obj.queue)
+                self.log_change(request, obj, "Paused the queue" if paused else "Resumed the queue")
+            else:
+                unchanged.append(obj.queue)
+        verb, state = ("Paused", "paused") if paused else ("Resumed", "running")
+        parts = []
+        if changed:
+            parts.append(
+                f"{verb} {len(changed)} queue{'s' if len(changed) != 1 else ''}: {', '.join(changed)}."
+            )
+        if unchanged:
+            parts.append(f"Already {state}: {', '.join(unchanged)}.")
+        level = messages.SUCCESS if changed else messages.WARNING
+        self.message_user(request, " ".join(parts) or "No queue selected.", level)
+
+    @admin.action(
+        description="Pause the selected queues (workers take nothing; running work finishes)",
+        permissions=["change"],
+    )
+    def pause_queues(self, request: HttpRequest, queryset: QuerySet[QueueConfig]) -> None:
+        self._set_paused(request, queryset, True)
+
+    @admin.action(description="Resume the selected queues", permissions=["change"])
+    def resume_queues(self, request: HttpRequest, queryset: QuerySet[QueueConfig]) -> None:
+        self._set_paused(request, queryset, False)

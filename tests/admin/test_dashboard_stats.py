@@ -204,6 +204,7 @@ def test_lonnymq_stats_prints_a_table(busy_queue: None) -> None:
     lines = out.getvalue().splitlines()
     assert lines[0].split() == [
         "QUEUE",
+        "STATE",
         "CHANNELS",
         "PAUSED",
         "CH",
@@ -222,7 +223,7 @@ def test_lonnymq_stats_prints_a_table(busy_queue: None) -> None:
         "DRAIN/MIN",
     ]
     row = next(line for line in lines if line.startswith(QUEUE + " "))
-    assert row.split()[:10] == [QUEUE, "2", "0", "3", "1", "4", "0", "1", "1", "2"]
+    assert row.split()[:11] == [QUEUE, "running", "2", "0", "3", "1", "4", "0", "1", "1", "2"]
     assert row.split()[-2:] == ["-", "-"]  # no history: no rates
     assert any(line.startswith("t_admin_other") for line in lines)
 

@@ -2,7 +2,8 @@
 stores them as samples for the dashboard's history.
 
 The rates (released per minute, net drain) look back ``RATE_WINDOW`` over the recorded
-samples, this command's earlier rounds (``--interval``) and the figures now."""
+samples, this command's earlier rounds (``--interval``) and the figures now. STATE (``queue_paused``
+in --json) says whether the whole queue is paused (``api.pause_queue``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from django_lonnymq.alarms import paused_queues
 from django_lonnymq.conf import settings
 from django_lonnymq.figures import (
     RATE_WINDOW,
@@ -30,6 +32,7 @@ from django_lonnymq.models import QueueSample
 
 COLUMNS = [
     ("queue", "QUEUE"),
+    ("state", "STATE"),
     ("channels", "CHANNELS"),
     ("paused_channels", "PAUSED CH"),
     ("ready", "READY"),
@@ -119,7 +122,11 @@ class Command(BaseCommand):
         else:
             samples = QueueSample.live(wanted, using=alias)
         rates = self._rates(samples, alias)
-        rows = [self._row(sample, *rate) for sample, rate in zip(samples, rates, strict=True)]
+        paused = paused_queues(alias)
+        rows = [
+            self._row(sample, *rate, queue_paused=sample.queue in paused)
+            for sample, rate in zip(samples, rates, strict=True)
+        ]
         if options["json"]:
             self.stdout.write(json.dumps({"at": timezone.now().isoformat(), "queues": rows}))
         else:
@@ -148,9 +155,12 @@ class Command(BaseCommand):
         return rates
 
     @staticmethod
-    def _row(sample: QueueSample, released_rate: float | None, rate: float | None) -> dict[str, Any]:
+    def _row(
+        sample: QueueSample, released_rate: float | None, rate: float | None, *, queue_paused: bool = False
+    ) -> dict[str, Any]:
         return {
             "queue": sample.queue,
+            "queue_paused": queue_paused,
             "channels": sample.channels,
             "paused_channels": sample.paused_channels,
             "ready": sample.ready,
@@ -173,6 +183,7 @@ class Command(BaseCommand):
         for row in rows:
             shown = {
                 **{key: f"{value:,}" if isinstance(value, int) else str(value) for key, value in row.items()},
+                "state": "paused" if row["queue_paused"] else "running",
                 "oldest_ready": format_age(row["oldest_ready_seconds"]),
                 "released_rate": format_throughput(row["released_per_minute"]),
                 "net_drain": format_rate(row["net_drain_per_minute"]),
@@ -182,7 +193,7 @@ class Command(BaseCommand):
         lines = []
         for line in cells:
             parts = [
-                text.ljust(width) if i == 0 else text.rjust(width)
+                text.ljust(width) if i < 2 else text.rjust(width)
                 for i, (text, width) in enumerate(zip(line, widths, strict=True))
             ]
             lines.append("  ".join(parts).rstrip())
