@@ -147,7 +147,9 @@ def dashboard_context(request: HttpRequest, *, using: str | None = None) -> dict
         "queue_paused": selected in paused,
         "current": current,
         "alarms": alarms.current(alias, live),
-        "tenants": tenants(selected, current, using=alias) if current else [],
+        "tenants": tenants(selected, current, using=alias, queue_paused=selected in paused)
+        if current
+        else [],
         "tenants_limit": TENANTS,
         "oldest_ready": format_age(current.oldest_ready_seconds) if current else "-",
         "net_drain": format_rate(rate),
@@ -168,10 +170,13 @@ def dashboard_context(request: HttpRequest, *, using: str | None = None) -> dict
     }
 
 
-def tenants(queue: str, current: QueueSample, *, using: str) -> list[dict[str, Any]]:
+def tenants(
+    queue: str, current: QueueSample, *, using: str, queue_paused: bool = False
+) -> list[dict[str, Any]]:
     """The tenants view: who is waiting, and is everyone getting a turn? At most
     :data:`TENANTS` channels of ``queue``, the longest-waiting ready head first (named
-    statement ``queue_tenants``)."""
+    statement ``queue_tenants``). In a paused queue (``queue_paused``) a channel with work
+    waits for the queue's resume, not for a worker."""
     rows = db.rows("queue_tenants", {"queue": queue, "limit": TENANTS, "cap": COUNT_CAP}, using=using)
     found = []
     for (channel_id, name, paused, max_concurrency, in_flight, weight, interval_ms, rate_count, rate_period_ms,
@@ -180,6 +185,8 @@ def tenants(queue: str, current: QueueSample, *, using: str) -> list[dict[str, A
         waiting = not paused and head_at is not None and head_at <= now_ms
         if paused:
             state = "paused"
+        elif queue_paused and head_at is not None:
+            state = "waiting: the queue is paused"
         elif at_cap:
             state = "at its cap"
         elif waiting and next_at is not None and next_at > now_ms:

@@ -103,6 +103,7 @@ def test_the_dashboard_shows_a_paused_queue_and_no_alarm_for_it(admin_client: Cl
     html = admin_client.get(DASHBOARD, {"queue": QUEUE}).content.decode()
     assert f"Queue dashboard: {QUEUE} (paused)" in html  # the chosen queue's header
     assert 'id="lq-queue-paused"' in html and "Resume the queue" in html
+    assert "waiting: the queue is paused" in html and "ready, waiting for a worker" not in html  # tenants
     rows = dict(re.findall(r'<a href="\?queue=([^&"]+)&amp;minutes=\d+">[^<]*</a>(.*?)</td>', html))
     assert "lq-queue-paused-badge" in rows[QUEUE] and "lq-queue-paused-badge" not in rows[OTHER]
     alarm_list = re.search(r'<div class="errornote lq-alarms".*?</div>', html, re.S)
