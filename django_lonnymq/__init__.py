@@ -16,6 +16,7 @@ __all__ = [
     "Item",
     "Message",
     "Retry",
+    "Snooze",
     "aenqueue",
     "aenqueue_many",
     "enqueue",
@@ -30,6 +31,7 @@ __all__ = [
 _PUBLIC = {
     "Discard": "exceptions",
     "Retry": "exceptions",
+    "Snooze": "exceptions",
     "Item": "api",
     "enqueue": "api",
     "enqueue_many": "api",
@@ -46,7 +48,7 @@ _PUBLIC = {
 
 if TYPE_CHECKING:
     from .api import Item, aenqueue, aenqueue_many, enqueue, enqueue_many
-    from .exceptions import Discard, Retry
+    from .exceptions import Discard, Retry, Snooze
     from .message import Message
     from .registry import handler
     from .schedules import periodic

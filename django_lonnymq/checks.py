@@ -11,6 +11,7 @@ from django.core.checks import Warning as CheckWarning
 from django.db import DatabaseError, connections
 
 from .bounds import MAX_INTERVAL, MAX_LEASE
+from .bounds import MAX_SNOOZES as MAX_SNOOZES_BOUND
 from .conf import DEFAULTS, DURATIONS, settings, to_ms
 
 # The longest each duration setting may be: beyond it a value would be refused by the SQL
@@ -250,6 +251,21 @@ def check_health(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             )
         )
     return errors
+
+
+@register(Tags.compatibility)
+def check_max_snoozes(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """E240: LONNYMQ_MAX_SNOOZES is an integer from 0 to 1000000."""
+    value = settings.MAX_SNOOZES
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SNOOZES_BOUND:
+        return []
+    return [
+        Error(
+            f"LONNYMQ_MAX_SNOOZES must be an integer from 0 to {MAX_SNOOZES_BOUND}, got {value!r}.",
+            hint="The default is 100; a snooze past it counts as a failed attempt.",
+            id="lonnymq.E240",
+        )
+    ]
 
 
 def _migrating() -> bool:

@@ -26,6 +26,9 @@ DEFAULTS: dict[str, Any] = {
     "PRIORITY_STEP": timedelta(seconds=1),
     # How long a worker holds a message before another may take it over.
     "LEASE": timedelta(seconds=30),
+    # Snoozes (raise Snooze) a message may take; a snooze past it is a failed attempt
+    # ("snoozed more than N times": retried with backoff, dead when attempts are used up).
+    "MAX_SNOOZES": 100,
     # Retry backoff: base * 2 ** (attempt - 1), equal jitter, capped.
     "RETRY_BACKOFF_BASE": timedelta(seconds=1),
     "RETRY_BACKOFF_MAX": timedelta(hours=1),

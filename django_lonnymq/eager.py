@@ -3,8 +3,9 @@
 Turned on by ``LONNYMQ_EAGER = True`` or ``with django_lonnymq.testing.eager():``. The
 message is still written by the real SQL function and then processed on the caller's own
 connection through the real dequeue, ack and fail functions, so retries, backoff counting
-and dead letters behave as with a worker; only the waiting is left out (a retry runs again at
-once, a scheduled message runs at once).
+and dead letters behave as with a worker; only the waiting is left out (a retry or a snooze
+runs again at once, a scheduled message runs at once; snoozes stay bounded by
+``LONNYMQ_MAX_SNOOZES``).
 
 When it runs, as it would at a real commit:
 
@@ -162,7 +163,7 @@ def run(queue: str, ids: list[int], alias: str) -> None:
             continue
         empty = 0
         for row in rows:
-            if _deliver(alias, handle, queue, row) != "retry":
+            if _deliver(alias, handle, queue, row) not in ("retry", "snoozed"):
                 waiting.discard(row[0])
     if waiting:
         logger.warning("eager mode left message(s) %s of %s undelivered (channel paused or at its cap?)",
@@ -171,7 +172,8 @@ def run(queue: str, ids: list[int], alias: str) -> None:
 
 def _deliver(alias: str, handle: Any, queue: str, row: tuple[Any, ...]) -> str:
     """Run a dequeued row's handler as a worker does (``worker/outcomes.py``), on the caller's
-    connection; retries are due at once. The fail call's result ("retry" or "dead"), or "ack"."""
+    connection; retries and snoozes are due at once. The fail or snooze call's result ("retry",
+    "snoozed" or "dead"), or "ack"."""
     from .registry import is_async
     from .worker import outcomes
     from .worker.observer import SignalObserver
@@ -195,10 +197,28 @@ def _deliver(alias: str, handle: Any, queue: str, row: tuple[Any, ...]) -> str:
         db.value("ack", {"ids": [message.id], "tokens": [str(message.lease_token)]}, using=alias)
         signals.acked(message)
         return "ack"
-    params = outcomes.fail_params(
-        outcome, backoff_base_ms=0, backoff_max_ms=0, tolerance_ms=settings.ms("WAKE_TOLERANCE"), at_once=True
-    )
-    result = str(db.value("fail", params, using=alias))
+    tolerance_ms = settings.ms("WAKE_TOLERANCE")
+    if outcome.action == "snooze":
+        # Bounded as in a worker: an endless snoozer ends in failures, then dead.
+        max_snoozes = settings.MAX_SNOOZES
+        params = outcomes.snooze_params(
+            outcome,
+            max_snoozes=max_snoozes,
+            backoff_base_ms=0,
+            backoff_max_ms=0,
+            tolerance_ms=tolerance_ms,
+            at_once=True,
+        )
+        result = str(db.value("snooze", params, using=alias))
+        if result == "snoozed":
+            signals.snoozed(message)
+            return result
+        outcome.error = None if message.cancel_requested else outcomes.snoozed_too_often(max_snoozes)
+    else:
+        params = outcomes.fail_params(
+            outcome, backoff_base_ms=0, backoff_max_ms=0, tolerance_ms=tolerance_ms, at_once=True
+        )
+        result = str(db.value("fail", params, using=alias))
     # The same signals as a worker's (its SignalObserver), after the database recorded the run.
     (signals.dead if result == "dead" else signals.retried)(outcome)
     return result

@@ -160,6 +160,19 @@ def _retry_delay(delay: object) -> timedelta:
     return delay
 
 
+class Snooze(Exception):  # noqa: N818 - a request, not an error
+    """Raise from a handler to put the message back for ``delay`` without spending an attempt.
+
+    The message gives back its concurrency slots while it waits and counts the snooze;
+    past ``LONNYMQ_MAX_SNOOZES`` snoozes a snooze is a failed attempt instead. The delay
+    (a timedelta or seconds, 0 to 100 years) is checked here, as Retry checks its own.
+    """
+
+    def __init__(self, delay: timedelta | float = 0):
+        self.delay = _retry_delay(delay)
+        super().__init__(f"snooze requested for {delay}")
+
+
 class Discard(Exception):  # noqa: N818 - a request, not an error
     """Raise from a handler to move the message to the dead-letter table at once."""
 

@@ -151,12 +151,14 @@ class Message(models.Model):
     # Set by api.cancel() while the message runs; its worker stops the handler at its next heartbeat.
     cancel_requested = models.BooleanField(default=False)
     queue_slot = models.BooleanField(default=False, help_text="The lease took a slot of its queue's cap.")
+    snoozes = models.IntegerField(default=0, help_text="Times a handler snoozed it (no attempt spent).")
 
     class Meta:
         db_table = "lonnymq_message"
         ordering = ["id"]
         constraints = [
             models.CheckConstraint(condition=Q(attempts__gte=0), name="lonnymq_message_attempts_nonnegative"),
+            models.CheckConstraint(condition=Q(snoozes__gte=0), name="lonnymq_message_snoozes_nonnegative"),
             models.CheckConstraint(
                 condition=Q(dequeue_at__gte=0, dequeue_at__lte=253_402_300_799_999),
                 name="lonnymq_message_dequeue_at_range",
@@ -312,11 +314,15 @@ class DeadMessage(models.Model):
     died_at = models.DateTimeField(default=timezone.now)
     reason = models.CharField(max_length=20, choices=REASONS)
     last_error = models.TextField(null=True, blank=True)
+    snoozes = models.IntegerField(default=0, help_text="Times a handler snoozed it (no attempt spent).")
 
     class Meta:
         db_table = "lonnymq_dead_message"
         ordering = ["-died_at"]
         constraints = [
+            models.CheckConstraint(
+                condition=Q(snoozes__gte=0), name="lonnymq_dead_message_snoozes_nonnegative"
+            ),
             models.CheckConstraint(
                 condition=Q(reason__in=["failed", "discarded", "lease_expired", "timeout", "cancelled"]),
                 name="lonnymq_dead_message_reason_known",

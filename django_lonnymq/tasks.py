@@ -44,7 +44,7 @@ from django.utils import timezone
 from . import arguments, bounds, db
 from .conf import enqueue_params
 from .conf import settings as lonnymq_settings
-from .exceptions import Discard, LonnyMQError, PayloadError, UnknownTask, WorkerInterrupted
+from .exceptions import Discard, LonnyMQError, PayloadError, Snooze, UnknownTask, WorkerInterrupted
 from .message import Message
 from .registry import add_discovery_hook, register_default
 
@@ -564,6 +564,11 @@ def run_task_message(message: Message) -> None:
             value = task.call(TaskContext(task_result=result), *record.args, **record.kwargs)
         else:
             value = task.call(*record.args, **record.kwargs)
+    except Snooze:
+        # The message waits again without spending an attempt: no error, the result is READY.
+        rows.update(status="READY")
+        record.status = "READY"
+        raise
     except BaseException as exc:  # SystemExit and KeyboardInterrupt too: the worker goes on
         final = message.is_last_attempt
         _fail(record, rows, exc, final=final)

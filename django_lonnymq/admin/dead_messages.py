@@ -63,6 +63,7 @@ class DeadMessageAdmin(ReadOnlyQueueAdmin):
         "channel",
         "reason",
         "attempts_display",
+        "snoozes",
         "priority",
         "dedup_key",
         "enqueued_at",

@@ -90,6 +90,7 @@ class MessageAdmin(ReadOnlyQueueAdmin):
         "state_display",
         "due",
         "attempts_display",
+        "snoozes",
         "leased_by_display",
         "error_excerpt",
     )
@@ -104,6 +105,7 @@ class MessageAdmin(ReadOnlyQueueAdmin):
         "due",
         "priority",
         "attempts_display",
+        "snoozes",
         "leased_by_display",
         "lease_expires",
         "lease_token",

@@ -71,6 +71,11 @@ SELECT lonnymq_fail_v2(%(id)s::bigint, %(token)s::uuid, %(error)s::text, %(retry
                        %(reason)s::text, %(backoff_base_ms)s::bigint, %(backoff_max_ms)s::bigint,
                        %(tolerance_ms)s::bigint)
 
+-- name: snooze
+-- Returns snoozed | retry | dead (past max_snoozes the snooze is a failed attempt).
+SELECT lonnymq_snooze_v1(%(id)s::bigint, %(token)s::uuid, %(delay_ms)s::bigint, %(max_snoozes)s::integer,
+                         %(backoff_base_ms)s::bigint, %(backoff_max_ms)s::bigint, %(tolerance_ms)s::bigint)
+
 -- name: extend
 -- The heartbeat: one row per lease extended, with whether someone asked to cancel it.
 SELECT id, cancel_requested FROM lonnymq_extend_v2(%(ids)s::bigint[], %(tokens)s::uuid[], %(lease_ms)s::bigint)

@@ -127,7 +127,10 @@ CREATE TABLE lonnymq_message (
     cancel_requested boolean  NOT NULL DEFAULT false,
     -- The lease took a slot of its queue's concurrency cap (lonnymq_queue_config).
     queue_slot    boolean     NOT NULL DEFAULT false,
+    -- Times a handler put the message back with Snooze (lonnymq_snooze_v1): no attempt spent.
+    snoozes       integer     NOT NULL DEFAULT 0,
     CONSTRAINT lonnymq_message_attempts_nonnegative CHECK (attempts >= 0),
+    CONSTRAINT lonnymq_message_snoozes_nonnegative CHECK (snoozes >= 0),
     -- 1970-01-01 to 9999-12-31: every release time is a date Python and the admin can show.
     CONSTRAINT lonnymq_message_dequeue_at_range CHECK (dequeue_at BETWEEN 0 AND 253402300799999),
     CONSTRAINT lonnymq_message_max_attempts_range CHECK (max_attempts BETWEEN 1 AND 1000),
@@ -216,6 +219,8 @@ CREATE TABLE lonnymq_dead_message (
     died_at       timestamptz NOT NULL DEFAULT now(),
     reason        text        NOT NULL,
     last_error    text        NULL,
+    snoozes       integer     NOT NULL DEFAULT 0,
+    CONSTRAINT lonnymq_dead_message_snoozes_nonnegative CHECK (snoozes >= 0),
     CONSTRAINT lonnymq_dead_message_reason_known
         CHECK (reason IN ('failed', 'discarded', 'lease_expired', 'timeout', 'cancelled'))
 );
@@ -1689,11 +1694,11 @@ BEGIN
         RETURNING m.*
     ), dead AS (
         INSERT INTO lonnymq_dead_message (id, channel_id, queue, channel, payload, priority, attempts,
-                                          max_attempts, dedup_key, enqueued_at, reason, last_error)
+                                          max_attempts, dedup_key, enqueued_at, reason, last_error, snoozes)
         SELECT g.id, g.channel_id, c.queue, c.name, g.payload, g.priority, g.attempts, g.max_attempts,
                g.dedup_key, g.enqueued_at,
                CASE WHEN g.cancel_requested AND p_reason <> 'discarded' THEN 'cancelled' ELSE p_reason END,
-               coalesce(p_error, g.last_error)
+               coalesce(p_error, g.last_error), g.snoozes
           FROM gone g JOIN lonnymq_channel c ON c.id = g.channel_id
         RETURNING 1
     )
@@ -1822,6 +1827,57 @@ BEGIN
     END IF;
     PERFORM lonnymq_unlease_v1(ARRAY[p_id], ARRAY[lonnymq_now_ms_v1() + v_delay], p_error, false, p_tolerance_ms);
     RETURN 'retry';
+END
+$$;
+
+-- A handler asked to wait p_delay_ms (Snooze) without spending an attempt: the message goes
+-- back exactly as a retry does (lonnymq_unlease_v1: channel and queue-wide slots given back,
+-- the channel woken for the new dequeue_at, so the scheduler's invariants hold), with the
+-- attempt its lease counted taken back and its snoozes counted. Past p_max_snoozes the
+-- snooze is a failed attempt instead (lonnymq_fail_v2 with 'snoozed more than N times':
+-- a retry with backoff, or dead when the attempts are used up). A message someone asked to
+-- cancel is dead-lettered as 'cancelled'. Returns 'snoozed', 'retry' or 'dead'.
+CREATE FUNCTION lonnymq_snooze_v1(
+    p_id               bigint,
+    p_token            uuid,
+    p_delay_ms         bigint,
+    p_max_snoozes      integer,
+    p_backoff_base_ms  bigint  DEFAULT 1000,
+    p_backoff_max_ms   bigint  DEFAULT 3600000,
+    p_tolerance_ms     bigint  DEFAULT 50
+) RETURNS text
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_msg record;
+BEGIN
+    PERFORM lonnymq_check_range_v1('delay', p_delay_ms, 0::bigint, 3155760000000::bigint, false);
+    PERFORM lonnymq_check_range_v1('max_snoozes', p_max_snoozes::bigint, 0::bigint, 2147483647::bigint, false);
+    PERFORM lonnymq_check_range_v1('backoff_base', p_backoff_base_ms, 0::bigint, 31622400000::bigint, false);
+    PERFORM lonnymq_check_range_v1('backoff_max', p_backoff_max_ms, 0::bigint, 31622400000::bigint, false);
+    PERFORM lonnymq_check_range_v1('tolerance', p_tolerance_ms, 0::bigint, 86400000::bigint, false);
+    SELECT m.id, m.snoozes, m.lease_token, m.cancel_requested INTO v_msg
+      FROM lonnymq_message m WHERE m.id = p_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'message % does not exist (acked, cancelled or dead)', p_id
+            USING ERRCODE = 'LQ004';
+    END IF;
+    IF v_msg.lease_token IS DISTINCT FROM p_token THEN
+        RAISE EXCEPTION 'lease on message % is stale: it expired and the message was released again', p_id
+            USING ERRCODE = 'LQ003';
+    END IF;
+    IF v_msg.cancel_requested THEN
+        RETURN lonnymq_fail_v2(p_id, p_token, NULL, NULL, 'cancelled', p_backoff_base_ms, p_backoff_max_ms,
+                               p_tolerance_ms);
+    END IF;
+    IF v_msg.snoozes >= p_max_snoozes THEN
+        RETURN lonnymq_fail_v2(p_id, p_token, pg_catalog.format('snoozed more than %s times', p_max_snoozes),
+                               NULL, 'failed', p_backoff_base_ms, p_backoff_max_ms, p_tolerance_ms);
+    END IF;
+    UPDATE lonnymq_message m SET snoozes = m.snoozes + 1 WHERE m.id = p_id;
+    PERFORM lonnymq_unlease_v1(ARRAY[p_id], ARRAY[lonnymq_now_ms_v1() + p_delay_ms], NULL, true, p_tolerance_ms);
+    RETURN 'snoozed';
 END
 $$;
 
@@ -1972,12 +2028,13 @@ BEGIN
         v_channel_id := lonnymq_channel_id_v1(v_row.queue, v_row.channel);
         PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_channel_id));
         INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, attempts,
-                                     max_attempts, dedup_key, enqueued_at, last_error)
+                                     max_attempts, dedup_key, enqueued_at, last_error, snoozes)
         VALUES (v_row.id, v_channel_id, v_row.payload, v_now, v_row.priority,
                 CASE WHEN p_reset_attempts THEN 0 ELSE v_row.attempts END,
                 CASE WHEN p_reset_attempts THEN v_row.max_attempts
                      ELSE greatest(v_row.max_attempts, v_row.attempts + 1) END,
-                v_row.dedup_key, v_row.enqueued_at, v_row.last_error);
+                v_row.dedup_key, v_row.enqueued_at, v_row.last_error,
+                CASE WHEN p_reset_attempts THEN 0 ELSE v_row.snoozes END);
         DELETE FROM lonnymq_dead_message d WHERE d.id = v_row.id;
         IF lonnymq_wake_v1(v_channel_id, v_now, p_tolerance_ms) THEN
             PERFORM pg_catalog.pg_notify('lonnymq_wakeup', v_row.queue);

@@ -18,7 +18,7 @@ from ..message import Message
 from .connection import DB_ERRORS, STATEMENT_ERRORS, ControlConnection
 from .held import Held
 from .observer import Observers
-from .outcomes import Outcome, fail_params
+from .outcomes import Outcome, fail_params, snooze_params, snoozed_too_often
 from .stats import Stats
 from .waiting import Waiter
 
@@ -105,16 +105,29 @@ class Completion:
 
     def _fail(self, outcome: Outcome) -> None:
         message = outcome.message
+        base_ms, max_ms = settings.ms("RETRY_BACKOFF_BASE"), settings.ms("RETRY_BACKOFF_MAX")
+        tolerance_ms = settings.ms("WAKE_TOLERANCE")
         try:
-            result = self.connection.value(
-                "fail",
-                fail_params(
+            if outcome.action == "snooze":
+                max_snoozes = settings.MAX_SNOOZES
+                params = snooze_params(
                     outcome,
-                    backoff_base_ms=settings.ms("RETRY_BACKOFF_BASE"),
-                    backoff_max_ms=settings.ms("RETRY_BACKOFF_MAX"),
-                    tolerance_ms=settings.ms("WAKE_TOLERANCE"),
-                ),
-            )
+                    max_snoozes=max_snoozes,
+                    backoff_base_ms=base_ms,
+                    backoff_max_ms=max_ms,
+                    tolerance_ms=tolerance_ms,
+                )
+                result = self.connection.value("snooze", params)
+                if result == "snoozed":
+                    self.observers.snoozed(message)
+                    return
+                # Past the bound, or cancelled: a failure, recorded as such.
+                outcome.error = None if message.cancel_requested else snoozed_too_often(max_snoozes)
+            else:
+                params = fail_params(
+                    outcome, backoff_base_ms=base_ms, backoff_max_ms=max_ms, tolerance_ms=tolerance_ms
+                )
+                result = self.connection.value("fail", params)
         except (LeaseLost, MessageNotFound):
             if outcome.resent:  # recorded by the call in flight when the connection dropped
                 logger.info("failure of message %s was recorded before the connection dropped", message.id)

@@ -110,6 +110,9 @@ class WorkerMetrics(Observer):
     def retried(self, outcome: Outcome) -> None:
         self.count(outcome.message.queue, "retried")
 
+    def snoozed(self, message: Message) -> None:
+        self.count(message.queue, "snoozed")
+
     def dead(self, outcome: Outcome) -> None:
         self.count(outcome.message.queue, "dead")
 

@@ -9,8 +9,8 @@ An observer that raises is logged, never fatal (a lost database connection is pa
 the worker to reconnect).
 
 Events on the worker's control thread: ``fetched``, then, as the database recorded them,
-``acked``, ``retried``, ``dead``, ``timed_out`` and ``cancelled`` (each followed by
-``retried`` or ``dead``), ``lease_lost``; ``tick`` at each maintenance step (housekeeping
+``acked``, ``retried``, ``snoozed``, ``dead``, ``timed_out`` and ``cancelled`` (each followed
+by ``retried`` or ``dead``), ``lease_lost``; ``tick`` at each maintenance step (housekeeping
 on) and ``stopped`` once the worker stopped. On the thread (or event-loop task) that runs the
 handler: ``handler_started`` right before it, ``handler_finished`` right after, with the
 :class:`~django_lonnymq.worker.outcomes.Outcome` the run asks for.
@@ -30,7 +30,7 @@ from .outcomes import FAIL_REASONS, Outcome
 
 logger = logging.getLogger("django_lonnymq.worker")
 
-OUTCOMES = ("acked", "retried", "dead", "timed_out", "cancelled", "lease_lost")
+OUTCOMES = ("acked", "retried", "snoozed", "dead", "timed_out", "cancelled", "lease_lost")
 
 EVENTS = (
     "fetched",
@@ -38,6 +38,7 @@ EVENTS = (
     "handler_finished",
     "acked",
     "retried",
+    "snoozed",
     "dead",
     "timed_out",
     "cancelled",
@@ -64,6 +65,10 @@ class Observer:
 
     def retried(self, outcome: Outcome) -> None:
         """A failure is recorded and the message will run again."""
+
+    def snoozed(self, message: Message) -> None:
+        """A snooze is recorded: the message waits again, no attempt spent (a snooze past
+        ``LONNYMQ_MAX_SNOOZES`` is a failure instead: ``retried`` or ``dead``)."""
 
     def dead(self, outcome: Outcome) -> None:
         """A failure is recorded and the message went to the dead letters."""
@@ -151,6 +156,9 @@ class Observers:
     def retried(self, outcome: Outcome) -> None:
         self._each("retried", outcome)
 
+    def snoozed(self, message: Message) -> None:
+        self._each("snoozed", message)
+
     def dead(self, outcome: Outcome) -> None:
         self._each("dead", outcome)
 
@@ -200,6 +208,9 @@ class LogObserver(Observer):
             _last_line(outcome.error),
         )
 
+    def snoozed(self, message: Message) -> None:
+        logger.info("message %s of %s/%s snoozed", message.id, message.queue, message.channel)
+
     def lease_lost(self, message: Message) -> None:
         logger.warning(
             "lease on message %s expired before it finished; it may run again (raise --lease?)", message.id
@@ -231,6 +242,10 @@ class SignalObserver(Observer):
                 outcome=_AGAIN.get(outcome.action, "retried"),
                 error=outcome.error,
             )
+
+    def snoozed(self, message: Message) -> None:
+        if signals.message_finished.receivers:
+            signals.send(signals.message_finished, Message, message=message, outcome="snoozed", error=None)
 
     def dead(self, outcome: Outcome) -> None:
         if signals.message_dead.receivers:

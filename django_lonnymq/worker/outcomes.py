@@ -2,8 +2,9 @@
 
 A dequeued row becomes a :class:`~django_lonnymq.message.Message` (:func:`message_from_row`);
 running its handler gives an :class:`Outcome` (:func:`run`): an ack, a retry (with the delay
-the handler asked for), a discard, a failure, a timeout or a cancel; :func:`fail_params` are
-the parameters of the ``fail`` statement that records one that is not an ack.
+the handler asked for), a snooze, a discard, a failure, a timeout or a cancel;
+:func:`snooze_params` are the parameters of the ``snooze`` statement that records a snooze,
+:func:`fail_params` those of the ``fail`` statement that records the others.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 from ..conf import to_ms
-from ..exceptions import Discard, Interrupted, Retry
+from ..exceptions import Discard, Interrupted, Retry, Snooze
 from ..jsontext import Undecodable
 from ..message import Message
 from .running import TIMEOUT
@@ -39,7 +40,7 @@ class Outcome:
     """What a handler's run asks for: ack, retry (with optional delay), or discard."""
 
     message: Message
-    action: str  # "ack" | "fail" | "retry" | "discard" | "timeout" | "cancelled"
+    action: str  # "ack" | "fail" | "retry" | "snooze" | "discard" | "timeout" | "cancelled"
     error: str | None = None
     delay_ms: int | None = None
     # Sent once already when the connection dropped: that call may have committed.
@@ -115,6 +116,12 @@ def outcome_of(message: Message, exc: BaseException) -> Outcome:
         except Exception as bad:  # a Retry built around the check in Retry.__init__
             return Outcome(message, "fail", error=f"invalid Retry delay {exc.delay!r}: {bad!r}")
         return Outcome(message, "retry", error=exc.reason or "retry requested", delay_ms=delay_ms)
+    if isinstance(exc, Snooze):
+        try:
+            delay_ms = to_ms(exc.delay)
+        except Exception as bad:  # a Snooze built around the check in Snooze.__init__
+            return Outcome(message, "fail", error=f"invalid Snooze delay {exc.delay!r}: {bad!r}")
+        return Outcome(message, "snooze", delay_ms=delay_ms)
     if isinstance(exc, Discard):
         return Outcome(message, "discard", error=exc.reason)
     if not isinstance(exc, (Interrupted, asyncio.CancelledError)):  # logged by after_interrupt
@@ -165,6 +172,33 @@ def fail_params(
         "backoff_max_ms": backoff_max_ms,
         "tolerance_ms": tolerance_ms,
     }
+
+
+def snooze_params(
+    outcome: Outcome,
+    *,
+    max_snoozes: int,
+    backoff_base_ms: int,
+    backoff_max_ms: int,
+    tolerance_ms: int,
+    at_once: bool = False,
+) -> dict[str, Any]:
+    """The ``snooze`` statement's parameters for a snooze outcome; ``at_once`` (eager mode)
+    makes it due now."""
+    return {
+        "id": outcome.message.id,
+        "token": str(outcome.message.lease_token),
+        "delay_ms": 0 if at_once else outcome.delay_ms,
+        "max_snoozes": max_snoozes,
+        "backoff_base_ms": backoff_base_ms,
+        "backoff_max_ms": backoff_max_ms,
+        "tolerance_ms": tolerance_ms,
+    }
+
+
+def snoozed_too_often(max_snoozes: int) -> str:
+    """The error a snooze past the bound records (the text lonnymq_snooze_v1 stores)."""
+    return f"snoozed more than {max_snoozes} times"
 
 
 def short_repr(exc: BaseException) -> str:

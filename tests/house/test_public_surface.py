@@ -16,6 +16,7 @@ TOP_LEVEL = [
     "Item",
     "Message",
     "Retry",
+    "Snooze",
     "aenqueue",
     "aenqueue_many",
     "enqueue",
@@ -42,7 +43,7 @@ DOCUMENTED = {
     "django_lonnymq.logs": ["Formatter", "LOGGER", "build_formatter", "configure_console"],
     "django_lonnymq.exceptions": [
         "Discard", "HandlerCancelled", "HandlerTimeout", "InvalidArgument", "LeaseLost", "LonnyMQError",
-        "MessageNotFound", "NoHandler", "PayloadError", "PriorityWithSchedule", "Retry", "SchemaMissing",
+        "MessageNotFound", "NoHandler", "PayloadError", "PriorityWithSchedule", "Retry", "SchemaMissing", "Snooze",
         "UnknownMessage", "UnknownTask", "UnsupportedIsolation", "WorkerInterrupted",
     ],
     "django_lonnymq.models": [

@@ -71,6 +71,8 @@ RELEASED = {
     "0022_cancel_message_cap.up.sql": "d70d0d604b546f14ee7a41fb636cd78dda41d508a70b6dc509f0eed9ea6f7820",
     "0023_pause_queue.down.sql": "b84eb44dee6030d35a435b045c726cd528d84407142fcfa2ba8e2b30be989e1b",
     "0023_pause_queue.up.sql": "0912affd2d6fbd7542af3ddbeeb100348d1fb4e7d1d9997b295d56d6f4a5d5dd",
+    "0024_snooze.down.sql": "d7c8cf7c7a248983991531409b961083f22c722780ec2166363bbb6d5ffcaf40",
+    "0024_snooze.up.sql": "7dfd62447c60fd111f6fc88683bdfa2f86fd9db02191e1ec8181135824d27263",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

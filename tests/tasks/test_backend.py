@@ -131,3 +131,19 @@ def test_context_sees_attempt() -> None:
     drain()
     result.refresh()
     assert result.return_value == 1
+
+
+def test_a_task_that_snoozes_waits_without_spending_an_attempt() -> None:
+    import time
+
+    result = tasks.snooze_then_add.enqueue("snooze-test", 2, 3)
+    for _ in range(200):
+        drain()
+        result.refresh()
+        if result.status == TaskResultStatus.SUCCESSFUL:
+            break
+        time.sleep(0.01)
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == 5
+    assert result.errors == []
+    assert DeadMessage.objects.count() == 0

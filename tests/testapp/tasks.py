@@ -75,3 +75,18 @@ async def add_later(a: int, b: int) -> int:
 
     await asyncio.sleep(0.01)
     return a + b
+
+
+# Runs of snooze_then_add, by key: the first run of each key snoozes.
+SNOOZED: set[str] = set()
+
+
+@task()
+def snooze_then_add(key: str, a: int, b: int) -> int:
+    """Snoozes on its first run (no attempt spent), then adds."""
+    from django_lonnymq import Snooze
+
+    if key not in SNOOZED:
+        SNOOZED.add(key)
+        raise Snooze(0.01)
+    return a + b

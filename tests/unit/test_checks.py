@@ -94,6 +94,7 @@ def test_the_checks_are_registered():
         "check_sampling",
         "check_handler_timeout",
         "check_health",
+        "check_max_snoozes",
     }
 
 
@@ -415,3 +416,22 @@ def test_w210_is_not_given_beside_an_error_that_stops_migrate(sqlite_alias, sett
         settings.TASKS = {}
         with override_settings(LONNYMQ_MAX_ATTEMPTS=0):
             assert ids(lonnymq_errors(everything=True)) == ["lonnymq.E003"]
+
+
+# ---------------------------------------------------------------------------------------
+# E240: LONNYMQ_MAX_SNOOZES is an integer from 0 to 1000000
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [-1, 1_000_001, 2.0, "100", None, True])
+def test_e240_max_snoozes_must_be_a_bounded_integer(value):
+    with override_settings(LONNYMQ_MAX_SNOOZES=value):
+        errors = lonnymq_errors()
+    assert ids(errors) == ["lonnymq.E240"]
+    assert "LONNYMQ_MAX_SNOOZES" in errors[0].msg and repr(value) in errors[0].msg
+
+
+@pytest.mark.parametrize("value", [0, 3, 100, 1_000_000])
+def test_e240_accepts_integers_in_bounds(value):
+    with override_settings(LONNYMQ_MAX_SNOOZES=value):
+        assert lonnymq_errors() == []
