@@ -3,6 +3,8 @@
 The database comes from ``DATABASE_URL`` (the bench sets it to its own database, lq_bench).
 """
 
+import os
+
 from example_project.settings import *  # noqa: F403
 from example_project.settings import DATABASES
 
@@ -11,6 +13,10 @@ from example_project.settings import DATABASES
 DATABASES["default"]["CONN_MAX_AGE"] = 60
 
 LONNYMQ_HANDLER_MODULES = ["bench.handlers"]
+
+# The workers' synchronous_commit (default "on"): LQ_BENCH_SYNCHRONOUS_COMMIT=off measures the
+# other setting (docs/performance.md).
+LONNYMQ_WORKER_SYNCHRONOUS_COMMIT = os.environ.get("LQ_BENCH_SYNCHRONOUS_COMMIT", "on")
 
 LOGGING = {
     "version": 1,

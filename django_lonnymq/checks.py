@@ -12,7 +12,7 @@ from django.db import DatabaseError, connections
 
 from .bounds import MAX_INTERVAL, MAX_LEASE
 from .bounds import MAX_SNOOZES as MAX_SNOOZES_BOUND
-from .conf import DEFAULTS, DURATIONS, settings, to_ms
+from .conf import DEFAULTS, DURATIONS, SYNCHRONOUS_COMMIT_VALUES, settings, to_ms
 
 # The longest each duration setting may be: beyond it a value would be refused by the SQL
 # functions at every call, stopping what the worker does with it.
@@ -264,6 +264,24 @@ def check_max_snoozes(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             f"LONNYMQ_MAX_SNOOZES must be an integer from 0 to {MAX_SNOOZES_BOUND}, got {value!r}.",
             hint="The default is 100; a snooze past it counts as a failed attempt.",
             id="lonnymq.E240",
+        )
+    ]
+
+
+@register(Tags.compatibility)
+def check_worker_synchronous_commit(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """E230: LONNYMQ_WORKER_SYNCHRONOUS_COMMIT is one of PostgreSQL's synchronous_commit values."""
+    value = settings.WORKER_SYNCHRONOUS_COMMIT
+    if isinstance(value, str) and value in SYNCHRONOUS_COMMIT_VALUES:
+        return []
+    return [
+        Error(
+            f"LONNYMQ_WORKER_SYNCHRONOUS_COMMIT must be one of {', '.join(SYNCHRONOUS_COMMIT_VALUES)}, "
+            f"got {value!r}.",
+            hint='"on" (the default): leases and acks survive a server crash once committed; "off": '
+            "faster commits, and a crash may run the last few hundred ms of messages again. "
+            'Workers use "on" meanwhile.',
+            id="lonnymq.E230",
         )
     ]
 

@@ -41,6 +41,10 @@ DEFAULTS: dict[str, Any] = {
     # The worker's own statements (dequeue, ack, extend, reap) run with this statement_timeout,
     # set on its connection, so a role's low default cannot starve it; 0 turns it off.
     "WORKER_STATEMENT_TIMEOUT": timedelta(seconds=30),
+    # synchronous_commit of the worker's own connection (leases, acks, retries). "on": a
+    # lease or ack survives a server crash once committed; "off": a crash may undo the last
+    # few hundred ms of them (those messages run again), for a faster commit.
+    "WORKER_SYNCHRONOUS_COMMIT": "on",
     # On SIGTERM, how long running handlers may take before the worker exits anyway.
     "SHUTDOWN_TIMEOUT": timedelta(seconds=30),
     # Default handler timeout (``@handler(timeout=...)`` overrides it); None: no timeout.
@@ -85,6 +89,9 @@ DEFAULTS: dict[str, Any] = {
     # Extra modules the worker imports to register handlers (besides each app's handlers.py).
     "HANDLER_MODULES": [],
 }
+
+# The values of PostgreSQL's synchronous_commit LONNYMQ_WORKER_SYNCHRONOUS_COMMIT may take.
+SYNCHRONOUS_COMMIT_VALUES = ("on", "off", "local", "remote_write", "remote_apply")
 
 DURATIONS = {
     "PRIORITY_STEP",

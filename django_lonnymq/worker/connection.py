@@ -18,7 +18,7 @@ from django.db import connections
 from psycopg.types.json import set_json_loads
 
 from .. import db, jsontext
-from ..conf import settings
+from ..conf import SYNCHRONOUS_COMMIT_VALUES, settings
 from ..exceptions import LonnyMQError, SchemaMissing
 from ..workers import check_name
 from .stats import Stats
@@ -80,10 +80,13 @@ class ControlConnection:
         options = params.pop("options", "") or ""
         # A killed worker's server backend notices the dead client within a second.
         options += " -c client_connection_check_interval=1000 -c lock_timeout=0"
-        # The worker's own commits (leases, acks, retries) need not wait for the WAL flush: a
-        # server crash can only undo the last few hundred ms of them, which redelivers those
-        # messages - what at-least-once already allows. Producers keep their durable commits.
-        options += " -c synchronous_commit=off"
+        # The worker's own commits (leases, acks, retries): "on" by default, so what the failure
+        # model promises (a lease or ack survives a server crash) holds; "off" lets a crash undo
+        # the last few hundred ms of them (those messages run again) for a faster commit.
+        synchronous_commit = settings.WORKER_SYNCHRONOUS_COMMIT
+        if synchronous_commit not in SYNCHRONOUS_COMMIT_VALUES:  # lonnymq.E230 says so
+            synchronous_commit = "on"
+        options += f" -c synchronous_commit={synchronous_commit}"
         # Its own statement timeout: a role or database default of a few ms would cancel
         # cold-cache dequeues forever.
         options += f" -c statement_timeout={settings.ms('WORKER_STATEMENT_TIMEOUT')}"

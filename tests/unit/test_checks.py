@@ -94,6 +94,7 @@ def test_the_checks_are_registered():
         "check_sampling",
         "check_handler_timeout",
         "check_health",
+        "check_worker_synchronous_commit",
         "check_max_snoozes",
     }
 
@@ -416,6 +417,25 @@ def test_w210_is_not_given_beside_an_error_that_stops_migrate(sqlite_alias, sett
         settings.TASKS = {}
         with override_settings(LONNYMQ_MAX_ATTEMPTS=0):
             assert ids(lonnymq_errors(everything=True)) == ["lonnymq.E003"]
+
+
+# ---------------------------------------------------------------------------------------
+# E230: LONNYMQ_WORKER_SYNCHRONOUS_COMMIT is one of PostgreSQL's synchronous_commit values
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["", "maybe", "ON", True, 1, None, "off; DROP TABLE x", "on -c x=y"])
+def test_e230_worker_synchronous_commit_must_be_a_synchronous_commit_value(value):
+    with override_settings(LONNYMQ_WORKER_SYNCHRONOUS_COMMIT=value):
+        errors = lonnymq_errors()
+    assert ids(errors) == ["lonnymq.E230"]
+    assert "LONNYMQ_WORKER_SYNCHRONOUS_COMMIT" in errors[0].msg and repr(value) in errors[0].msg
+
+
+@pytest.mark.parametrize("value", ["on", "off", "local", "remote_write", "remote_apply"])
+def test_e230_accepts_the_synchronous_commit_values(value):
+    with override_settings(LONNYMQ_WORKER_SYNCHRONOUS_COMMIT=value):
+        assert lonnymq_errors() == []
 
 
 # ---------------------------------------------------------------------------------------
