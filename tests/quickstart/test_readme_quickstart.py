@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from example_project.videos.tests import UploadTests  # noqa: F401 - collected and run here
-from tests.conftest import test_database_url as tests_database_url
+from tests import conftest as suite
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"```python\n# videos/(\w+\.py)\n(.*?)```", re.DOTALL)
@@ -55,7 +55,7 @@ def test_the_quickstart_runs_with_a_real_worker(client, start_worker):
 
 def test_the_quickstart_app_passes_manage_py_test(tmp_path):
     """The README's test as a Django project runs it: ``manage.py test`` on a database of its own."""
-    base = tests_database_url()
+    base = suite.test_database_url()
     url = f"{base}_quickstart"
     env = {
         **os.environ,
