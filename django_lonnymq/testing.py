@@ -13,6 +13,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 from django.db import connections
@@ -120,3 +121,48 @@ def assert_nothing_enqueued(queue: str, *, channel: str | None = None, using: st
         raise AssertionError(
             f"expected no message in {queue!r}, found {len(found)}: {[m.id for m in found[:10]]}"
         )
+
+
+def tick(*queues: str, at: datetime | None = None, using: str | None = None) -> int:
+    """Run the periodic schedules of ``queues`` (every queue with a declared schedule when
+    omitted) that are due at ``at`` (default: now), as a worker would: the code's ``@periodic``
+    declarations are written, then each due tick is enqueued once. Returns how many schedules
+    ticked.
+
+    It runs on the caller's connection, so it works in a plain ``TestCase``; under
+    :func:`eager` the ticks' handlers run too, as any enqueue's would.
+    """
+    from django.utils import timezone
+
+    from . import arguments, schedules
+
+    autodiscover()
+    alias = str(using or settings.DATABASE)
+    names = list(queues) or sorted({d.queue for d in schedules.declarations()})
+    now_ms = arguments.epoch_ms("at", at if at is not None else timezone.now())
+    wrapper = connections[alias]
+    wrapper.ensure_connection()
+    raw = wrapper.connection
+    # The schedule statements are prepared on the connection: bind on the server while they run.
+    factory = raw.cursor_factory
+    raw.cursor_factory = _server_cursor(factory)
+    try:
+        schedules.sync(raw, queues=names)
+        fired = schedules.tick(raw, names, now_ms=now_ms)
+    finally:
+        raw.cursor_factory = factory
+    if _eager.enabled():
+        for queue in names:
+            ids = list(
+                Message.objects.using(alias)
+                .filter(channel__queue=queue, dedup_key__startswith="lonnymq.periodic:")
+                .values_list("id", flat=True)
+            )
+            _eager.after_enqueue(queue, ids, alias)
+    return fired
+
+
+def _server_cursor(factory: Any) -> Any:
+    import psycopg
+
+    return psycopg.Cursor if issubclass(factory, psycopg.ClientCursor) else factory

@@ -36,7 +36,7 @@ DOCUMENTED = {
         "run_now",
     ],
     "django_lonnymq.signals": ["message_dead", "message_finished", "message_started"],
-    "django_lonnymq.testing": ["assert_enqueued", "assert_nothing_enqueued", "drain", "eager", "enqueued"],
+    "django_lonnymq.testing": ["assert_enqueued", "assert_nothing_enqueued", "drain", "eager", "enqueued", "tick"],
     "django_lonnymq.tasks": ["LonnyMQBackend"],
     "django_lonnymq.spark": ["export"],
     "django_lonnymq.rates": ["Rate"],
