@@ -53,9 +53,9 @@ test-django6: $(STAMP6)
 	$(VENV6)/bin/python -c 'import django; print("Django", django.get_version())'
 	$(VENV6)/bin/python -m pytest $(PYTEST_ARGS)
 
-## make test-fast: the loop while editing: the Django 5.2 suite without the tests marked slow
-## (the soak, stress and chaos runs and the few other long ones; pyproject.toml names them).
-## make test still runs everything.
+## make test-fast: the loop while editing, a few minutes: the Django 5.2 suite without the tests
+## marked slow (those that start worker processes, Spark, a browser or a package build, the soak,
+## stress and chaos runs, the migration walk; pyproject.toml says which). make test runs them all.
 test-fast: $(STAMP)
 	$(PY) -c 'import django; print("Django", django.get_version())'
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)

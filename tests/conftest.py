@@ -134,3 +134,20 @@ def start_worker(transactional_db: None) -> Iterator[Callable[..., subprocess.Po
         proc.wait(timeout=30)
         if proc.stdout:
             proc.stdout.close()
+
+
+# Besides the tests marked slow by hand (the soaks, the chaos test, the migration walk), whole
+# kinds of test that cost seconds each are slow, found by what they start, so that a new one
+# stays out of `make test-fast` (-m "not slow") without being marked. `make test` runs them all.
+SLOW_FIXTURES = ("start_worker", "spark")  # run_queue_worker processes; Spark jobs in a JVM
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if (
+            any(name in SLOW_FIXTURES for name in getattr(item, "fixturenames", ()))
+            or item.path.name.endswith("_browser.py")  # a headless Chromium
+            or item.path.parent.name == "packaging"  # builds the wheel into a fresh venv, the docs site
+        ):
+            item.add_marker(pytest.mark.slow)
