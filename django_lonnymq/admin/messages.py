@@ -90,7 +90,6 @@ class MessageAdmin(ReadOnlyQueueAdmin):
         "state_display",
         "due",
         "attempts_display",
-        "snoozes",
         "leased_by_display",
         "error_excerpt",
     )

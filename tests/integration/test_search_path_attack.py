@@ -404,7 +404,11 @@ def _statements(ids: dict[str, Any]) -> list[tuple[str, Any]]:
         ("fail", lambda: {"id": ids["leased"][1], "token": ids["tokens"][1], "error": "boom", "retry_delay_ms": None,
                           "reason": "discarded", "backoff_base_ms": 1000, "backoff_max_ms": 60_000,
                           "tolerance_ms": 50}),
+        ("snooze", lambda: {"id": ids["leased"][2], "token": ids["tokens"][2], "delay_ms": 1000,
+                            "max_snoozes": 100, "backoff_base_ms": 1000, "backoff_max_ms": 60_000,
+                            "tolerance_ms": 50}),
         ("release", lambda: {"ids": ids["leased"][2:], "tokens": ids["tokens"][2:], "tolerance_ms": 50}),
+        ("pause_queue", {"queue": "lookalike_paused", "paused": True}),
         ("reap", {"limit": 100, "dedup_window_ms": 86_400_000, "tolerance_ms": 50}),
         ("requeue_dead", lambda: {"ids": [ids["leased"][1]], "reset_attempts": True, "tolerance_ms": 50}),
         ("run_now", lambda: {"ids": [ids["leased"][1]], "tolerance_ms": 50}),
@@ -470,6 +474,7 @@ def test_every_named_statement_calls_the_real_function_past_planted_lookalikes(l
     assert results["cancel"] == [(ids["leased"][1], False)]
     assert results["worker_stop"] and results["subscribe"] == [(1,)] and len(results["publish"]) == 1
     assert results["sync_schedules"] == [(0, 0, 0)] and results["fire_schedule"] == [(None,)]
+    assert results["snooze"] == [("snoozed",)] and results["pause_queue"] == [(True,)]
 
 
 def test_a_lookalike_taking_every_argument_and_one_more_makes_the_call_ambiguous_never_run(connect, dsn):

@@ -96,7 +96,11 @@ def unlikely_queues(queues: list[str], database: str | None) -> list[str]:
 
     from django_lonnymq.models import Channel
     from django_lonnymq.registry import get_handler, registered_queues
-    from django_lonnymq.tasks import DEFAULT_TASK_QUEUE_NAME, run_task_message, task_queues
+
+    try:
+        from django_lonnymq.tasks import DEFAULT_TASK_QUEUE_NAME, run_task_message, task_queues
+    except ImportError:  # no Django Tasks (Django 5.2 without the tasks extra): no task queue
+        return []
 
     named = set(task_queues()) | {DEFAULT_TASK_QUEUE_NAME}
     suspects = [q for q in queues if q not in named and get_handler(q) is run_task_message]
