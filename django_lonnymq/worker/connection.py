@@ -69,6 +69,8 @@ class ControlConnection:
         self.stats = stats
         self.stopping = stopping
         self.conn: psycopg.Connection[Any] | None = None
+        # Set by the first connection: every later one is a reconnect.
+        self.connected_before = False
         self._error_backoff = 0.0
 
     # -- connecting --------------------------------------------------------------------
@@ -118,8 +120,13 @@ class ControlConnection:
         while self.conn is None or self.conn.closed:
             try:
                 self.conn = self.connect()
-                if delay > 0.5 or self.stats.reconnects:
+                if self.connected_before:
+                    # Counted here, whoever noticed the loss (the loop, or a duty that
+                    # handles its own errors, such as the schedule ticker).
+                    self.stats.reconnects += 1
+                if delay > 0.5 or self.connected_before:
                     logger.warning("worker %s connected to the database again", self.name)
+                self.connected_before = True
                 return True
             except (*DB_ERRORS, OSError) as exc:
                 # OSError: this process is out of a resource (too many open files, memory), not
@@ -164,7 +171,6 @@ class ControlConnection:
     def lost(self, exc: BaseException) -> None:
         """Drop the connection (the next :meth:`ensure` reconnects)."""
         logger.warning("lost the database connection (%s); reconnecting", first_line(exc))
-        self.stats.reconnects += 1
         self.close()
 
     def failed(self, what: str, exc: BaseException) -> None:
