@@ -69,7 +69,7 @@ def handler(queue: str, *, timeout: timedelta | float | None = None) -> Callable
 
 def _call_of(func: Any) -> Any:
     """What calling a callable object runs (its class's ``__call__``), None for a function."""
-    return None if inspect.isroutine(func) else vars(type(func)).get("__call__")
+    return None if inspect.isroutine(func) else inspect.getattr_static(type(func), "__call__", None)
 
 
 def handler_timeout_ms(field: str, value: Any) -> int:

@@ -33,8 +33,13 @@ def test_a_callable_object_whose_call_yields_is_refused():
         def __call__(self, message):  # type: ignore[no-untyped-def]
             yield message
 
+    class InheritsIt(Yields):
+        pass
+
     with pytest.raises(InvalidArgument, match="not a generator"):
         handler("unit_gen_obj")(Yields())
+    with pytest.raises(InvalidArgument, match="not a generator"):
+        handler("unit_gen_inherited")(InheritsIt())
 
 
 def test_an_async_generator_is_refused_and_a_plain_function_registers():
