@@ -63,7 +63,7 @@ def with_suffix(url: str, suffix: str) -> str:
 def enqueue_singles(conn: psycopg.Connection[Any], n: int) -> float:
     statement = sql.query("enqueue")
     params = {"queue": QUEUE, "payload": core.PAYLOAD_TEXT, "run_at_ms": None, "delay_ms": None, "priority": 0,
-              "dedup_key": None, "max_attempts": 5, "priority_step_ms": 1000, "tolerance_ms": 50}  # fmt: skip
+              "dedup_key": None, "on_duplicate": "skip", "max_attempts": 5, "priority_step_ms": 1000, "tolerance_ms": 50}  # fmt: skip
     start = time.perf_counter()
     for i in range(n):
         conn.execute(statement, {**params, "channel": f"c{i % 10}"}, prepare=True)

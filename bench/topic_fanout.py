@@ -30,7 +30,7 @@ from . import core
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/lq_bench_fanout"
 PARAMS = {
-    "topic": "fanout", "keys": None, "payloads": ['{"order": 1}'], "run_at_ms": None, "dedup_keys": None,
+    "topic": "fanout", "keys": None, "payloads": ['{"order": 1}'], "run_at_ms": None, "dedup_keys": None, "on_duplicate": None,
     "default_max_attempts": 5, "priority_step_ms": 1000, "tolerance_ms": 50,
 }  # fmt: skip
 

@@ -34,6 +34,7 @@ class Item:
     priority: int | None = None
     dedup_key: str | None = None
     max_attempts: int | None = None
+    on_duplicate: str | None = None
 
 
 def _max_attempts(field: str, value: int | None) -> int:
@@ -54,6 +55,7 @@ def enqueue(
     delay: timedelta | float | None = None,
     priority: int = 0,
     dedup_key: str | None = None,
+    on_duplicate: str = "skip",
     max_attempts: int | None = None,
     using: str | None = None,
 ) -> int:
@@ -61,7 +63,11 @@ def enqueue(
 
     Runs on the caller's connection and transaction. ``run_at`` (aware datetime) or ``delay``
     schedules it; ``priority`` (0-100) acts as "enqueued priority x LONNYMQ_PRIORITY_STEP
-    earlier". A repeated ``dedup_key`` in the same channel returns the existing id.
+    earlier". A repeated ``dedup_key`` in the same channel is handled by ``on_duplicate``:
+    ``"skip"`` returns the key's message id and writes nothing, ``"replace"`` (debounce)
+    gives the key's waiting message this payload and run time, ``"update"`` (throttle) this
+    payload only; a key whose message runs or has finished gets one new waiting message.
+    Returns the id of the message created or changed (docs/flow-control.md).
     """
     arguments.queue(queue)
     arguments.channel(channel)
@@ -69,6 +75,7 @@ def enqueue(
     run_at_ms, delay_ms = arguments.when(run_at, delay, priority)
     if dedup_key is not None:
         arguments.dedup_key(dedup_key)
+    arguments.on_duplicate(on_duplicate, dedup_key)
     attempts = _max_attempts("max_attempts", max_attempts)
     params = {
         "queue": queue,
@@ -78,6 +85,7 @@ def enqueue(
         "delay_ms": delay_ms,
         "priority": priority,
         "dedup_key": dedup_key,
+        "on_duplicate": on_duplicate,
         "max_attempts": attempts,
         **enqueue_params(),
     }
@@ -100,6 +108,7 @@ def enqueue_many(
     run_at: datetime | None = None,
     delay: timedelta | float | None = None,
     priority: int = 0,
+    on_duplicate: str = "skip",
     max_attempts: int | None = None,
     using: str | None = None,
 ) -> list[int]:
@@ -107,9 +116,13 @@ def enqueue_many(
 
     Each item is an :class:`Item` or a bare payload (which takes the keyword defaults).
     Returns the ids in input order. All or nothing: one bad item fails the whole call.
+    ``on_duplicate`` is the mode of the items that set a ``dedup_key`` and no mode of their
+    own; items of one key apply in input order, as that many :func:`enqueue` calls would.
     """
     arguments.queue(queue)
     arguments.channel(channel)
+    if not isinstance(on_duplicate, str) or on_duplicate not in arguments.ON_DUPLICATE:
+        raise InvalidArgument("on_duplicate", "must be skip, replace or update", on_duplicate)
     arguments.collection("items", items, "items")
     db.alias(using)
     default_attempts = _max_attempts("max_attempts", max_attempts)
@@ -119,6 +132,7 @@ def enqueue_many(
     delays: list[int | None] = []
     priorities: list[int] = []
     dedup_keys: list[str | None] = []
+    modes: list[str] = []
     attempts: list[int] = []
     for index, raw in enumerate(items):
         item = raw if isinstance(raw, Item) else Item(payload=raw)
@@ -134,12 +148,17 @@ def enqueue_many(
         run_at_ms, delay_ms = arguments.when(item_run_at, item_delay, item_priority)
         if item.dedup_key is not None:
             arguments.dedup_key(item.dedup_key, f"{where}.dedup_key")
+        if item.on_duplicate is not None:
+            mode = arguments.on_duplicate(item.on_duplicate, item.dedup_key, f"{where}.on_duplicate")
+        else:
+            mode = on_duplicate if item.dedup_key is not None else "skip"
         channels.append(item_channel)
         payloads.append(arguments.payload(item.payload, f"{where}.payload"))
         run_ats.append(run_at_ms)
         delays.append(delay_ms)
         priorities.append(item_priority)
         dedup_keys.append(item.dedup_key)
+        modes.append(mode)
         attempts.append(
             default_attempts
             if item.max_attempts is None
@@ -156,6 +175,7 @@ def enqueue_many(
         "delay_ms": delays if any(x is not None for x in delays) else None,
         "priorities": priorities if any(priorities) else None,
         "dedup_keys": dedup_keys if any(x is not None for x in dedup_keys) else None,
+        "on_duplicate": modes if any(m != "skip" for m in modes) else None,
         "max_attempts": attempts,
         "default_max_attempts": default_attempts,
         **enqueue_params(),

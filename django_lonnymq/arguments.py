@@ -69,6 +69,21 @@ def dedup_key(value: Any, field: str = "dedup_key") -> str | None:
     return None if value is None else name(field, value, bounds.MAX_DEDUP_KEY)
 
 
+# What a repeated dedup key does (docs/flow-control.md): "skip" keeps the key's message as it
+# is, "replace" (debounce) gives a waiting one the new payload and run time, "update"
+# (throttle) the new payload only.
+ON_DUPLICATE = bounds.DEDUP_MODES
+
+
+def on_duplicate(value: Any, key: str | None, field: str = "on_duplicate") -> str:
+    """A dedup mode; one other than "skip" needs a dedup key."""
+    if not isinstance(value, str) or value not in ON_DUPLICATE:
+        raise InvalidArgument(field, "must be skip, replace or update", value)
+    if value != "skip" and key is None:
+        raise InvalidArgument(field, "needs a dedup_key", value)
+    return value
+
+
 def payload(value: Any, field: str = "payload", *, max_bytes: int | None = None) -> str:
     """``value`` as the JSON text the queue stores; ``max_bytes`` defaults to
     ``LONNYMQ_MAX_PAYLOAD_BYTES``. At most ``bounds.MAX_PAYLOAD_DEPTH`` levels deep (a

@@ -22,6 +22,8 @@ MAX_ID = 2**63 - 1
 MAX_QUEUE_NAME = 100
 MAX_CHANNEL_NAME = 200
 MAX_DEDUP_KEY = 200
+# What a repeated dedup key does (on_duplicate); the SQL functions accept these alone.
+DEDUP_MODES = ("skip", "replace", "update")
 MAX_TOPIC_NAME = 200
 MAX_SCHEDULE_NAME = 200
 MAX_WORKER_NAME = 200

@@ -38,6 +38,7 @@ class Event:
     key: str | None = None
     run_at: datetime | None = None
     dedup_key: str | None = None
+    on_duplicate: str | None = None
 
 
 def check_topic(topic: Any, field: str = "topic") -> str:
@@ -78,6 +79,7 @@ def publish(
     key: str | None = None,
     run_at: datetime | None = None,
     dedup_key: str | None = None,
+    on_duplicate: str = "skip",
     using: str | None = None,
 ) -> list[int]:
     """Publish one event: one message in every queue subscribed to ``topic``.
@@ -85,9 +87,11 @@ def publish(
     Returns the message ids, one per subscribed queue in queue-name order (empty when the
     topic has no subscriber: the event is counted as unrouted). ``key`` names the channel
     in each queue (default: ``"default"``); ``dedup_key`` deduplicates within that channel
-    of each queue, as :func:`~django_lonnymq.enqueue` does.
+    of each queue, as :func:`~django_lonnymq.enqueue` does, ``on_duplicate`` included.
     """
-    ids = publish_many(topic, [Event(payload, key=key, run_at=run_at, dedup_key=dedup_key)], using=using)
+    arguments.on_duplicate(on_duplicate, dedup_key)
+    event = Event(payload, key=key, run_at=run_at, dedup_key=dedup_key, on_duplicate=on_duplicate)
+    ids = publish_many(topic, [event], using=using)
     return ids[0] if ids else []
 
 
@@ -97,14 +101,18 @@ def publish_many(
     *,
     key: str | None = None,
     run_at: datetime | None = None,
+    on_duplicate: str = "skip",
     using: str | None = None,
 ) -> list[list[int]]:
     """Publish many events of one topic in one round trip, all or nothing.
 
     Each event is an :class:`Event` or a bare payload (which takes ``key`` and ``run_at``).
-    Returns, per event in input order, its message ids in queue-name order.
+    Returns, per event in input order, its message ids in queue-name order. ``on_duplicate``
+    is the mode of the events that set a ``dedup_key`` and no mode of their own.
     """
     check_topic(topic)
+    if not isinstance(on_duplicate, str) or on_duplicate not in arguments.ON_DUPLICATE:
+        raise InvalidArgument("on_duplicate", "must be skip, replace or update", on_duplicate)
     if isinstance(events, (str, bytes, bytearray, Mapping, set, frozenset)) or not isinstance(
         events, Iterable
     ):
@@ -116,6 +124,7 @@ def publish_many(
     payloads: list[str] = []
     run_ats: list[int | None] = []
     dedup_keys: list[str | None] = []
+    modes: list[str] = []
     for index, raw in enumerate(events):
         event = raw if isinstance(raw, Event) else Event(payload=raw)
         where = f"events[{index}]"
@@ -125,10 +134,15 @@ def publish_many(
         when = event.run_at if event.run_at is not None else run_at
         if event.dedup_key is not None:
             arguments.dedup_key(event.dedup_key, f"{where}.dedup_key")
+        if event.on_duplicate is not None:
+            mode = arguments.on_duplicate(event.on_duplicate, event.dedup_key, f"{where}.on_duplicate")
+        else:
+            mode = on_duplicate if event.dedup_key is not None else "skip"
         keys.append(event_key)
         payloads.append(arguments.payload(event.payload, f"{where}.payload"))
         run_ats.append(arguments.epoch_ms(f"{where}.run_at", when) if when is not None else None)
         dedup_keys.append(event.dedup_key)
+        modes.append(mode)
     if not payloads:
         return []
     attempts = arguments.integer("max_attempts", settings.MAX_ATTEMPTS, 1, bounds.MAX_ATTEMPTS)
@@ -138,6 +152,7 @@ def publish_many(
         "payloads": payloads,
         "run_at_ms": run_ats if any(r is not None for r in run_ats) else None,
         "dedup_keys": dedup_keys if any(d is not None for d in dedup_keys) else None,
+        "on_duplicate": modes if any(m != "skip" for m in modes) else None,
         "default_max_attempts": attempts,
         **enqueue_params(),
     }

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql as pgsql
 
+from .. import bounds
 from .writer import (
     Columns,
     ExportError,
@@ -96,6 +97,7 @@ def export(
     priority_step_ms: int = 1000,
     tolerance_ms: int = 50,
     max_payload_bytes: int = 1_000_000,
+    on_duplicate: str = "skip",
     on_progress: Callable[[ExportProgress], None] | None = None,
     progress_interval: float = 1.0,
     _fault: Fault | None = None,
@@ -114,10 +116,17 @@ def export(
     - ``on_progress`` is called about every ``progress_interval`` seconds from a thread that
       counts committed chunks (LISTEN/NOTIFY), so it sees progress while tasks still run.
 
+    - ``on_duplicate``: what a row whose key already has a message does, as in
+      ``enqueue(on_duplicate=...)``: ``"skip"`` (default: nothing), ``"replace"`` or
+      ``"update"`` (the key's waiting message takes the row's payload; a key whose message
+      ran gets a new one, so a re-run is no longer a no-op).
+
     Keys stay in ``lonnymq_dedup`` for ``LONNYMQ_DEDUP_WINDOW`` (one day by default): re-runs
     within that window are safe. Raises :class:`ExportError` naming the column or the cause.
     """
     _check_arguments(queue, batch_size, export_id, max_attempts)
+    if on_duplicate not in bounds.DEDUP_MODES:
+        raise ExportError(f"on_duplicate must be skip, replace or update, got {on_duplicate!r}")
     if dsn is None:
         dsn = os.environ.get("DATABASE_URL")
         if not dsn:
@@ -141,6 +150,7 @@ def export(
         priority_step_ms=priority_step_ms,
         tolerance_ms=tolerance_ms,
         max_payload_bytes=max_payload_bytes,
+        on_duplicate=on_duplicate,
         columns=columns,
         progress_channel=progress_channel,
         fault=_fault,

@@ -2,7 +2,7 @@
 
 Each Spark task (or any other producer of rows) runs :func:`write_rows` on one iterator of
 ``(channel, payload_json, dedup_key, run_at_ms)`` tuples. Rows go to the database in chunks
-of ``batch_size``: one call of ``lonnymq_enqueue_many_v1`` per chunk (the named query
+of ``batch_size``: one call of ``lonnymq_enqueue_many_v2`` per chunk (the named query
 ``enqueue_many``, the same function Django's ``enqueue_many`` calls), one commit per chunk.
 
 Why a re-run enqueues nothing twice: every row carries a dedup key, and a chunk's messages
@@ -32,15 +32,17 @@ from ..sql import binary_arrays, query
 # The chunk transaction's own inserts: rows whose xmin is this transaction's id. The enqueue
 # function runs without subtransactions (no EXCEPTION blocks), so every message it inserted
 # carries the top-level xid; an id that came back for a repeated dedup key belongs to an
-# older transaction (or to no row at all, when that message was already acked).
+# older transaction (or to no row at all, when that message was already acked). A message an
+# older transaction enqueued and this one replaced or updated (on_duplicate) carries this
+# xid too, but its enqueued_at (the older transaction's start) is not this one's now().
 NEW_MESSAGES = """
 SELECT count(*) FROM lonnymq_message m
- WHERE m.id = ANY(%(ids)s::bigint[]) AND m.xmin = pg_current_xact_id()::xid
+ WHERE m.id = ANY(%(ids)s::bigint[]) AND m.xmin = pg_current_xact_id()::xid AND m.enqueued_at = now()
 """
 # Delivered only if the chunk commits, so a listener counts committed rows exactly.
 NOTIFY_PROGRESS = "SELECT pg_notify(%(channel)s, %(payload)s)"
 # The export needs the v1 function; a database without it was not migrated.
-ENQUEUE_MANY_EXISTS = "SELECT to_regproc('lonnymq_enqueue_many_v1') IS NOT NULL"
+ENQUEUE_MANY_EXISTS = "SELECT to_regproc('lonnymq_enqueue_many_v2') IS NOT NULL"
 
 # A row the enqueue function refused names itself items[i].<argument> (i from 0 in the chunk).
 ITEM_FIELD = re.compile(r"^items\[(?P<index>\d+)\]\.(?P<argument>\w+)$")
@@ -108,6 +110,7 @@ class WriterConfig:
     priority_step_ms: int = 1000
     tolerance_ms: int = 50
     max_payload_bytes: int = 1_000_000
+    on_duplicate: str = "skip"
     columns: Columns = field(default_factory=Columns)
     progress_channel: str | None = None
     fault: Fault | None = None
@@ -170,7 +173,7 @@ def check_database(dsn: str) -> None:
     with connect(dsn) as conn:
         if not conn.execute(ENQUEUE_MANY_EXISTS).fetchone()[0]:  # type: ignore[index]
             raise ExportError(
-                f"the database at {describe_dsn(dsn)} has no lonnymq_enqueue_many_v1 function; "
+                f"the database at {describe_dsn(dsn)} has no lonnymq_enqueue_many_v2 function; "
                 "run `python manage.py migrate` against it first"
             )
 
@@ -234,6 +237,7 @@ def _write_chunk(
         "delay_ms": None,
         "priorities": None,
         "dedup_keys": keys,
+        "on_duplicate": None if config.on_duplicate == "skip" else [config.on_duplicate] * len(keys),
         "max_attempts": None,
         "default_max_attempts": config.default_max_attempts,
         "priority_step_ms": config.priority_step_ms,

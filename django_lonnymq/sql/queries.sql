@@ -5,14 +5,14 @@
 -- another role has created on the search path (tests/integration/test_search_path_attack.py).
 
 -- name: enqueue
-SELECT lonnymq_enqueue_v1(%(queue)s::text, %(channel)s::text, %(payload)s::jsonb, %(run_at_ms)s::bigint,
+SELECT lonnymq_enqueue_v2(%(queue)s::text, %(channel)s::text, %(payload)s::jsonb, %(run_at_ms)s::bigint,
                           %(delay_ms)s::bigint, %(priority)s::integer, %(dedup_key)s::text,
-                          %(max_attempts)s::integer, %(priority_step_ms)s::bigint, %(tolerance_ms)s::bigint)
+                          %(on_duplicate)s::text, %(max_attempts)s::integer, %(priority_step_ms)s::bigint, %(tolerance_ms)s::bigint)
 
 -- name: enqueue_many
-SELECT lonnymq_enqueue_many_v1(%(queue)s::text, %(channels)s::text[], %(payloads)s::jsonb[],
+SELECT lonnymq_enqueue_many_v2(%(queue)s::text, %(channels)s::text[], %(payloads)s::jsonb[],
                                %(run_at_ms)s::bigint[], %(delay_ms)s::bigint[], %(priorities)s::integer[],
-                               %(dedup_keys)s::text[], %(max_attempts)s::integer[],
+                               %(dedup_keys)s::text[], %(on_duplicate)s::text[], %(max_attempts)s::integer[],
                                %(default_max_attempts)s::integer, %(priority_step_ms)s::bigint,
                                %(tolerance_ms)s::bigint)
 
@@ -27,9 +27,9 @@ SELECT lonnymq_enqueue_task_v1(%(queue)s::text, %(channel)s::text, %(payload)s::
 -- enqueue, and the trace context of the recording span around it, in one statement (the
 -- first enqueue of a dedup key keeps its own context).
 WITH m AS MATERIALIZED (
-    SELECT lonnymq_enqueue_v1(%(queue)s::text, %(channel)s::text, %(payload)s::jsonb, %(run_at_ms)s::bigint,
+    SELECT lonnymq_enqueue_v2(%(queue)s::text, %(channel)s::text, %(payload)s::jsonb, %(run_at_ms)s::bigint,
                               %(delay_ms)s::bigint, %(priority)s::integer, %(dedup_key)s::text,
-                              %(max_attempts)s::integer, %(priority_step_ms)s::bigint, %(tolerance_ms)s::bigint) AS id
+                              %(on_duplicate)s::text, %(max_attempts)s::integer, %(priority_step_ms)s::bigint, %(tolerance_ms)s::bigint) AS id
 ), t AS (
     INSERT INTO lonnymq_trace (message_id, context) SELECT m.id, %(context)s::jsonb FROM m
     ON CONFLICT (message_id) DO NOTHING
@@ -38,9 +38,9 @@ SELECT m.id FROM m
 
 -- name: enqueue_many_traced
 WITH m AS MATERIALIZED (
-    SELECT lonnymq_enqueue_many_v1(%(queue)s::text, %(channels)s::text[], %(payloads)s::jsonb[],
+    SELECT lonnymq_enqueue_many_v2(%(queue)s::text, %(channels)s::text[], %(payloads)s::jsonb[],
                                    %(run_at_ms)s::bigint[], %(delay_ms)s::bigint[], %(priorities)s::integer[],
-                                   %(dedup_keys)s::text[], %(max_attempts)s::integer[],
+                                   %(dedup_keys)s::text[], %(on_duplicate)s::text[], %(max_attempts)s::integer[],
                                    %(default_max_attempts)s::integer, %(priority_step_ms)s::bigint,
                                    %(tolerance_ms)s::bigint) AS ids
 ), t AS (
@@ -178,8 +178,8 @@ SELECT lonnymq_worker_stop_v1(%(name)s::text, %(instance)s::uuid, %(in_flight)s:
 
 -- name: publish
 -- One row per subscribed queue: its message ids in event order (django_lonnymq/topics.py).
-SELECT queue, ids FROM lonnymq_publish_v1(%(topic)s::text, %(keys)s::text[], %(payloads)s::jsonb[],
-                                          %(run_at_ms)s::bigint[], %(dedup_keys)s::text[],
+SELECT queue, ids FROM lonnymq_publish_v2(%(topic)s::text, %(keys)s::text[], %(payloads)s::jsonb[],
+                                          %(run_at_ms)s::bigint[], %(dedup_keys)s::text[], %(on_duplicate)s::text[],
                                           %(default_max_attempts)s::integer, %(priority_step_ms)s::bigint,
                                           %(tolerance_ms)s::bigint)
 

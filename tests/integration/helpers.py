@@ -66,12 +66,13 @@ def enqueue_sql(
     delay_ms: int | None = None,
     priority: int = 0,
     dedup_key: str | None = None,
+    on_duplicate: str | None = "skip",
     max_attempts: int = 5,
     priority_step_ms: int = 1000,
     tolerance_ms: int = 50,
     conn: Any = None,
 ) -> int:
-    """``lonnymq_enqueue_v1`` straight, no Python validation (payload is JSON text)."""
+    """``lonnymq_enqueue_v2`` straight, no Python validation (payload is JSON text)."""
     return int(
         named(
             "enqueue",
@@ -83,6 +84,7 @@ def enqueue_sql(
             delay_ms=delay_ms,
             priority=priority,
             dedup_key=dedup_key,
+            on_duplicate=on_duplicate,
             max_attempts=max_attempts,
             priority_step_ms=priority_step_ms,
             tolerance_ms=tolerance_ms,

@@ -278,6 +278,8 @@ def test_bad_ids_in_operations_are_refused(nothing_written):
         (Item("x", dedup_key="k" * 201), "items[2].dedup_key"),
         (Item("x", priority=101), "items[2].priority"),
         (Item("x", run_at=dt.datetime(2030, 1, 1)), "run_at"),
+        (Item("x", dedup_key="k", on_duplicate="merge"), "items[2].on_duplicate"),
+        (Item("x", on_duplicate="replace"), "items[2].on_duplicate"),
     ],
 )
 def test_enqueue_many_with_one_bad_item_writes_nothing(nothing_written, bad, field):
@@ -299,6 +301,7 @@ def test_enqueue_many_with_one_bad_item_caught_by_sql_writes_nothing(nothing_wri
             delay_ms=None,
             priorities=None,
             dedup_keys=["k1", None, None],
+            on_duplicate=None,
             max_attempts=[5, 5, 0],
             default_max_attempts=5,
             priority_step_ms=1000,
@@ -322,6 +325,7 @@ def _sql_enqueue_many(**overrides):
         "delay_ms": None,
         "priorities": None,
         "dedup_keys": None,
+        "on_duplicate": None,
         "max_attempts": None,
         "default_max_attempts": 5,
         "priority_step_ms": 1000,

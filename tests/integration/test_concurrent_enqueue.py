@@ -76,6 +76,7 @@ def test_concurrent_enqueue_many_over_overlapping_new_channels_in_any_order(dsn)
             delay_ms=None,
             priorities=None,
             dedup_keys=None,
+            on_duplicate=None,
             max_attempts=None,
             default_max_attempts=5,
             priority_step_ms=1000,

@@ -73,6 +73,8 @@ RELEASED = {
     "0023_pause_queue.up.sql": "0912affd2d6fbd7542af3ddbeeb100348d1fb4e7d1d9997b295d56d6f4a5d5dd",
     "0024_snooze.down.sql": "d7c8cf7c7a248983991531409b961083f22c722780ec2166363bbb6d5ffcaf40",
     "0024_snooze.up.sql": "7dfd62447c60fd111f6fc88683bdfa2f86fd9db02191e1ec8181135824d27263",
+    "0025_dedup_modes.down.sql": "3a0997a9c1d305b9de5a417d0c7f54289432fc7465c022f6254ce6e9b449ab05",
+    "0025_dedup_modes.up.sql": "45afd7c4fbb0f4fbc158db78ec2f4f9cf00051ed0e49e75004a69b40060d5dc5",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
