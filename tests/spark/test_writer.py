@@ -66,6 +66,19 @@ def test_writing_the_same_rows_again_enqueues_nothing(dsn: str) -> None:
     assert len(messages(dsn, QUEUE)) == 300
 
 
+@pytest.mark.parametrize("mode", ["replace", "update"])
+def test_with_a_mode_a_re_run_changes_the_waiting_messages_and_counts_none_as_new(dsn: str, mode: str) -> None:
+    write_rows(config(dsn, on_duplicate=mode), rows(150))
+    changed = [(c, json.dumps({"row": i, "v": 2}), k, r) for i, (c, _, k, r) in enumerate(rows(150))]
+
+    again = write_rows(config(dsn, on_duplicate=mode), changed + rows(10, start=1000))
+
+    assert (again.rows_seen, again.enqueued, again.duplicates) == (160, 10, 150)
+    found = messages(dsn, QUEUE)
+    assert len(found) == 160
+    assert sorted(m["payload"]["row"] for m in found if m["payload"].get("v") == 2) == list(range(150))
+
+
 def test_a_key_repeated_in_one_chunk_or_across_chunks_is_one_message(dsn: str) -> None:
     data = rows(10) + [("tenant-3", '{"again": 3}', "file-3", None)] + rows(100, start=500)
     data.append(("tenant-3", '{"again": 3}', "file-3", None))  # in the second chunk
@@ -177,11 +190,11 @@ def test_a_payload_at_the_depth_bound_is_written(dsn: str) -> None:
 
 def test_a_row_the_enqueue_function_refuses_is_named_by_its_row_and_column(dsn: str) -> None:
     # The writer's own checks come first; this is how a row the SQL function refuses reads
-    # (here one nested too deep, sent straight to lonnymq_enqueue_many_v1).
+    # (here one nested too deep, sent straight to lonnymq_enqueue_many_v2).
     chunk = rows(3) + [("t", "[" * 151 + "]" * 151, "deep", None)]
     params = {
         "queue": QUEUE, "channels": [r[0] for r in chunk], "payloads": [r[1] for r in chunk], "run_at_ms": None,
-        "delay_ms": None, "priorities": None, "dedup_keys": [r[2] for r in chunk], "max_attempts": None,
+        "delay_ms": None, "priorities": None, "dedup_keys": [r[2] for r in chunk], "on_duplicate": None, "max_attempts": None,
         "default_max_attempts": 5, "priority_step_ms": 1000, "tolerance_ms": 50,
     }  # fmt: skip
     with psycopg.connect(dsn) as conn, pytest.raises(psycopg.Error) as refused:
@@ -222,7 +235,7 @@ def test_a_database_without_the_schema_is_refused_before_anything_runs(dsn: str)
     other_database = psycopg.conninfo.make_conninfo(dsn, dbname="postgres")
 
     with pytest.raises(
-        ExportError, match=r"has no lonnymq_enqueue_many_v1 function; run `python manage.py migrate`"
+        ExportError, match=r"has no lonnymq_enqueue_many_v2 function; run `python manage.py migrate`"
     ):
         check_database(other_database)
 
