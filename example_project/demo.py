@@ -503,6 +503,16 @@ def topic_step() -> list[str]:
         return [f"topic step failed: {type(exc).__name__}: {exc}"]
 
 
+def debounce_step() -> list[str]:
+    """One document edited 20 times is re-indexed once (example_project/debounce_demo.py)."""
+    from example_project.debounce_demo import run_debounce_step
+
+    try:
+        return run_debounce_step()
+    except Exception as exc:  # report it with the other problems, then fail the demo
+        return [f"debounce step failed: {type(exc).__name__}: {exc}"]
+
+
 def spark_step(args: argparse.Namespace) -> list[str]:
     """Run example_project/spark_demo.py's step (unless --no-spark); returns its problems."""
     if not args.spark:
@@ -597,6 +607,7 @@ def main() -> int:
     problems += fairness(tenants, finish)
     problems += periodic_report(table, time.monotonic() - t0)
     problems += topic_step()
+    problems += debounce_step()
     problems += weighted_share(tenants, table)
     problems += spark_step(args)
 
@@ -607,7 +618,8 @@ def main() -> int:
             print(f"  - {problem}")
         return 1
     print(
-        "RESULT: OK (every job ran once, nothing left or dead, scheduler state consistent"
+        "RESULT: OK (every job ran once, nothing left or dead, scheduler state consistent, "
+        "the debounced document re-indexed once with its last revision"
         + (", Spark export exactly once)" if args.spark else ")")
     )
     return 0

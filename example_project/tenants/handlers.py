@@ -53,6 +53,23 @@ def ingest(message: Message) -> None:
     )
 
 
+@handler("reindex")
+def reindex(message: Message) -> None:
+    """Pretend to re-index a document (the debounce step, example_project/debounce_demo.py):
+    record which revision the run saw."""
+    started_at = timezone.now()
+    JobRun.objects.create(
+        queue="reindex",
+        message_id=message.id,
+        tenant=f"document {message.payload['document']} revision {message.payload['revision']}",
+        seconds=0.0,
+        attempt=message.attempt,
+        worker_pid=os.getpid(),
+        started_at=started_at,
+        finished_at=timezone.now(),
+    )
+
+
 @periodic(
     every=timedelta(seconds=2), queue="reports", name="demo-progress-report", payload={"of": "transcode"}
 )
