@@ -63,7 +63,9 @@ def run_debounce_step(edits: int = 20, delay: float = 1.0, timeout: float = 120)
         due = [row[0] for row in cursor.fetchall()]
     problems = []
     if len(message_ids) != 1 or len(due) != 1:
-        problems.append(f"{edits} edits left {len(due)} waiting message(s) with ids {sorted(message_ids)}, not one")
+        problems.append(
+            f"{edits} edits left {len(due)} waiting message(s) with ids {sorted(message_ids)}, not one"
+        )
     elif due[0] < last_edit_ms + delay * 1000 - 1000:
         problems.append("the debounced message is not due after the last edit")
     while due and now_ms() < max(due):
@@ -73,7 +75,9 @@ def run_debounce_step(edits: int = 20, delay: float = 1.0, timeout: float = 120)
         command, cwd=ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=timeout, check=False
     )
     if done.returncode != 0:
-        problems.append(f"reindex worker exited with {done.returncode}: {done.stdout[-500:]}{done.stderr[-500:]}")
+        problems.append(
+            f"reindex worker exited with {done.returncode}: {done.stdout[-500:]}{done.stderr[-500:]}"
+        )
     runs = list(JobRun.objects.filter(queue=QUEUE).values_list("message_id", "tenant"))
     if runs != [(next(iter(message_ids)), f"document {DOCUMENT} revision {edits}")]:
         problems.append(f"debounce: expected one run with revision {edits}, got {runs}")

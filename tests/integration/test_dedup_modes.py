@@ -304,7 +304,11 @@ def test_bad_modes_are_refused_naming_field_rule_and_value(nothing_written, call
 def test_the_sql_enqueue_refuses_bad_modes_itself(nothing_written, mode, key, rule):
     with pytest.raises(InvalidArgument) as caught, transaction.atomic():
         enqueue_sql("bad", '"x"', dedup_key=key, on_duplicate=mode)
-    assert caught.value.field == "on_duplicate" and rule in str(caught.value) and str(mode or "NULL") in str(caught.value)
+    assert (
+        caught.value.field == "on_duplicate"
+        and rule in str(caught.value)
+        and str(mode or "NULL") in str(caught.value)
+    )
 
 
 @pytest.mark.parametrize(
@@ -335,7 +339,9 @@ def test_the_sql_batch_functions_refuse_bad_modes_themselves(nothing_written, mo
 
 def test_an_item_mode_without_key_and_a_call_default_are_told_apart():
     # The call's mode applies to keyed items only: keyless items are plain enqueues.
-    got = enqueue_many("dm", [Item("a", dedup_key="k"), Item("b"), Item("c", dedup_key="k")], on_duplicate="update")
+    got = enqueue_many(
+        "dm", [Item("a", dedup_key="k"), Item("b"), Item("c", dedup_key="k")], on_duplicate="update"
+    )
     assert got[0] == got[2] != got[1]
     assert sorted(json.dumps(m["payload"]) for m in messages_of("dm")) == ['"b"', '"c"']
 

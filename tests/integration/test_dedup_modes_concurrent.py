@@ -47,7 +47,8 @@ def run_together(dsn: str, work, threads: int = THREADS) -> list:
 
 def waiting_of(key: str) -> list[dict]:
     return rows(
-        "SELECT id, payload FROM lonnymq_message WHERE dedup_key = %s AND lease_until IS NULL ORDER BY id", [key]
+        "SELECT id, payload FROM lonnymq_message WHERE dedup_key = %s AND lease_until IS NULL ORDER BY id",
+        [key],
     )
 
 
