@@ -8,7 +8,11 @@ rounds' ratios is shown). Each row adds one layer to the one above it:
 * raw INSERT: a prepared INSERT into a three-column table (bench.compare's raw-1 baseline);
 * message table: a prepared INSERT straight into ``lonnymq_message`` (channel id known): the
   cost of the queue's own row, its indexes, CHECK constraints and foreign key;
-* SQL function: ``lonnymq_enqueue_v1`` prepared, on a bare psycopg connection;
+* SQL function v1: ``lonnymq_enqueue_v1`` prepared, on a bare psycopg connection (the function
+  before dedup modes, which the Tasks backend and schedules still call);
+* SQL function: ``lonnymq_enqueue_v2`` (what ``enqueue()`` calls), the same way, no key;
+* SQL fn, replace: ``lonnymq_enqueue_v2`` with one key per channel and ``on_duplicate =
+  'replace'``: after the first enqueue of a channel, each one rewrites its waiting message;
 * API, prepared: ``enqueue()`` through Django with ``OPTIONS["prepare_threshold"]`` set;
 * API, Django defaults: ``enqueue()`` through Django as configured out of the box (client-side
   binding, nothing prepared).
@@ -39,8 +43,13 @@ MESSAGE_INSERT = (
     "INSERT INTO lonnymq_message (channel_id, payload, dequeue_at, max_attempts)"
     " VALUES (%s, %s::jsonb, (extract(epoch FROM clock_timestamp()) * 1000)::bigint, 5)"
 )
-FUNCTION_CALL = "SELECT lonnymq_enqueue_v1(%s, %s, %s::jsonb, NULL, NULL, 0, NULL, 5, 1000, 50)"
-ROWS = ["raw INSERT", "message table", "SQL function", "API, prepared", "API, Django defaults"]
+FUNCTION_CALL_V1 = "SELECT lonnymq_enqueue_v1(%s, %s, %s::jsonb, NULL, NULL, 0, NULL, 5, 1000, 50)"
+FUNCTION_CALL = "SELECT lonnymq_enqueue_v2(%s, %s, %s::jsonb, NULL, NULL, 0, NULL, 'skip', 5, 1000, 50)"
+REPLACE_CALL = "SELECT lonnymq_enqueue_v2(%s, %s, %s::jsonb, NULL, NULL, 0, %s, 'replace', 5, 1000, 50)"
+ROWS = [
+    "raw INSERT", "message table", "SQL function v1", "SQL function", "SQL fn, replace", "API, prepared",
+    "API, Django defaults",
+]  # fmt: skip
 
 
 def django_setup(url: str, synchronous_commit: str) -> None:
@@ -99,9 +108,17 @@ def measure(url: str, n: int, rounds: int, synchronous_commit: str) -> dict[str,
         for i in range(n):
             bare.execute(MESSAGE_INSERT, (ids[channel(i)], core.PAYLOAD_TEXT), prepare=True)
 
+    def function_v1() -> None:
+        for i in range(n):
+            bare.execute(FUNCTION_CALL_V1, (QUEUE, channel(i), core.PAYLOAD_TEXT), prepare=True)
+
     def function() -> None:
         for i in range(n):
             bare.execute(FUNCTION_CALL, (QUEUE, channel(i), core.PAYLOAD_TEXT), prepare=True)
+
+    def replace() -> None:
+        for i in range(n):
+            bare.execute(REPLACE_CALL, (QUEUE, channel(i), core.PAYLOAD_TEXT, "doc"), prepare=True)
 
     def api(alias: str) -> Callable[[], None]:
         def run() -> None:
@@ -110,7 +127,9 @@ def measure(url: str, n: int, rounds: int, synchronous_commit: str) -> dict[str,
 
         return run
 
-    steps = dict(zip(ROWS, [raw, message_table, function, api("prepared"), api("default")], strict=True))
+    steps = dict(
+        zip(ROWS, [raw, message_table, function_v1, function, replace, api("prepared"), api("default")], strict=True)
+    )
     micros: dict[str, list[float]] = {row: [] for row in ROWS}
     ratios: dict[str, list[float]] = {row: [] for row in ROWS}
     for r in range(rounds):
