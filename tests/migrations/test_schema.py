@@ -73,6 +73,8 @@ RELEASED = {
     "0023_pause_queue.up.sql": "0912affd2d6fbd7542af3ddbeeb100348d1fb4e7d1d9997b295d56d6f4a5d5dd",
     "0024_snooze.down.sql": "d7c8cf7c7a248983991531409b961083f22c722780ec2166363bbb6d5ffcaf40",
     "0024_snooze.up.sql": "7dfd62447c60fd111f6fc88683bdfa2f86fd9db02191e1ec8181135824d27263",
+    "0028_channel_prune.down.sql": "c49b6f8bbfbb909af8f0f0e643e7c27ecf096f254f8f403cc1dac3d10181a212",
+    "0028_channel_prune.up.sql": "6558ec9106d18c24a5024c04be6dd4c062d01ce19e807de4a4436af140ffd106",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
