@@ -7,11 +7,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test import override_settings
 
 from django_lonnymq import api, enqueue
-from django_lonnymq.exceptions import InvalidArgument
+from django_lonnymq.exceptions import ChannelGone, InvalidArgument
 from django_lonnymq.worker.housekeeping import Pruner, idle_prune_ms
 from django_lonnymq.worker.observer import Observer, Observers
 from django_lonnymq.worker.stats import Stats
@@ -40,7 +40,10 @@ def age(name: str, *, queue: str = QUEUE, hours: int = 2) -> None:
 
 
 def names(queue: str = QUEUE) -> list[str]:
-    return [r["name"] for r in helpers.rows("SELECT name FROM lonnymq_channel WHERE queue = %s ORDER BY name", [queue])]
+    return [
+        r["name"]
+        for r in helpers.rows("SELECT name FROM lonnymq_channel WHERE queue = %s ORDER BY name", [queue])
+    ]
 
 
 def emptied(name: str) -> None:
@@ -160,7 +163,9 @@ def test_channel_counts_of_a_pruned_channel_are_zero() -> None:
     assert [(r["ready"], r["scheduled"], r["in_flight"]) for r in rows] == [(0, 0, 0)]
 
 
-@pytest.mark.parametrize(("idle_ms", "limit"), [(0, 10), (None, 10), (31622400001, 10), (1000, 0), (1000, 10001)])
+@pytest.mark.parametrize(
+    ("idle_ms", "limit"), [(0, 10), (None, 10), (31622400001, 10), (1000, 0), (1000, 10001)]
+)
 def test_bad_arguments_are_refused(idle_ms: int | None, limit: int) -> None:
     with pytest.raises(InvalidArgument):
         prune(idle_ms=idle_ms, limit=limit)  # type: ignore[arg-type]
@@ -182,7 +187,8 @@ class Direct:
 
 
 @pytest.mark.parametrize(
-    ("setting", "expected"), [(timedelta(hours=1), 3), (3600, 3), (None, 0), (timedelta(days=400), 0), ("1h", 0)]
+    ("setting", "expected"),
+    [(timedelta(hours=1), 3), (3600, 3), (None, 0), (timedelta(days=400), 0), ("1h", 0)],
 )
 def test_the_pruner_follows_the_setting_counts_and_tells_its_observers(setting: Any, expected: int) -> None:
     for i in range(3):
@@ -211,3 +217,24 @@ def test_a_full_batch_prunes_again_at_the_next_step(monkeypatch: pytest.MonkeyPa
         assert (stats.pruned, pruner.next_at) == (2, 10.0)
         pruner.tick(10.0)
         assert (stats.pruned, pruner.next_at) == (3, 70.0)
+
+
+def test_an_enqueue_whose_channel_vanished_after_its_lookup_raises_channel_gone() -> None:
+    # The channel deleted between the enqueue's lookup and its insert (a prune committing in
+    # that moment): simulated by a trigger that deletes it right before the insert.
+    enqueue(QUEUE, {"n": 1}, channel="c")
+    helpers.ack(helpers.dequeue(QUEUE, 10))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION pg_temp.vanish() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN DELETE FROM lonnymq_channel WHERE id = NEW.channel_id; RETURN NEW; END $$;"
+            " CREATE TRIGGER vanish BEFORE INSERT ON lonnymq_message"
+            " FOR EACH ROW EXECUTE FUNCTION pg_temp.vanish()"
+        )
+    try:
+        with pytest.raises(ChannelGone, match="retry the transaction"), transaction.atomic():
+            enqueue(QUEUE, {"n": 2}, channel="c")
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER vanish ON lonnymq_message")
+    assert names() == ["c"]
