@@ -114,6 +114,12 @@ def main() -> None:
     parser.add_argument(
         "--idle", type=float, default=5.0, help="LONNYMQ_CHANNEL_IDLE_PRUNE of the 'on' run (s)"
     )
+    parser.add_argument(
+        "--vacuum-every",
+        type=float,
+        default=15.0,
+        help="VACUUM the channel table every this many s; 0: never",
+    )
     args = parser.parse_args()
 
     results = {}
@@ -125,7 +131,10 @@ def main() -> None:
     conn.close()
 
     off, on = results["off"], results[str(args.idle)]
-    print(f"channel churn: {args.keys:,} distinct keys, {args.workers} workers, backlog <= {args.backlog:,}")
+    print(
+        f"channel churn: {args.keys:,} distinct keys, {args.workers} workers, backlog <= {args.backlog:,}, "
+        f"VACUUM lonnymq_channel every {args.vacuum_every:g} s"
+    )
     print("  " + ", ".join(f"{k}: {v}" for k, v in facts.items()))
     print(
         f"  pruning off: {off[2]:.0f} s; on (idle {args.idle:g} s): {on[2]:.0f} s, {on[1]:,} channels pruned"
