@@ -238,3 +238,23 @@ def test_an_enqueue_whose_channel_vanished_after_its_lookup_raises_channel_gone(
         with connection.cursor() as cursor:
             cursor.execute("DROP TRIGGER vanish ON lonnymq_message")
     assert names() == ["c"]
+
+
+def test_the_worker_metrics_and_log_count_pruned_channels(caplog: pytest.LogCaptureFixture) -> None:
+    from django_lonnymq.worker.held import Held
+    from django_lonnymq.worker.metrics import WorkerMetrics
+    from django_lonnymq.worker.observer import LogObserver
+
+    metrics = WorkerMetrics(name="w", queues=[QUEUE], concurrency=1, held=Held())
+    observers = Observers()
+    observers.add(metrics)
+    observers.add(LogObserver())
+    for i in range(2):
+        emptied(f"c{i}")
+    with (
+        caplog.at_level("INFO", logger="django_lonnymq.worker"),
+        override_settings(LONNYMQ_CHANNEL_IDLE_PRUNE=timedelta(hours=1)),
+    ):
+        Pruner(Direct(), Stats(), observers).tick(0.0)  # type: ignore[arg-type]
+    assert metrics.registry.get_sample_value("lonnymq_worker_channels_pruned_total") == 2
+    assert "pruned 2 idle empty channel(s)" in caplog.text
