@@ -2442,6 +2442,9 @@ $$;
 -- this). Their wake-up marks and release counts go with them; their releases are added to
 -- lonnymq_queue_released. Returns how many it deleted. Never waits for a producer or a
 -- dequeuer: a channel one of them holds is skipped, for a later call.
+-- Candidates are parked channels (next_dequeue_at NULL: a dequeue found them empty, or they
+-- are new): a cheap test that spares the probes of the message table for every channel with
+-- a backlog (a channel with a turn is pruned once a dequeue has parked it).
 -- Locking (docs/locking.md, "Pruning a channel"): 1. the candidates' rows FOR UPDATE SKIP
 -- LOCKED (a producer with an uncommitted message holds KEY SHARE on its channel, dequeuers
 -- and configure hold NO KEY UPDATE: all skipped), then each one's exclusive advisory lock,
@@ -2467,7 +2470,8 @@ BEGIN
 
     SELECT pg_catalog.array_agg(k.id ORDER BY k.id) INTO v_locked
       FROM (SELECT c.id FROM lonnymq_channel c
-             WHERE c.created_at < v_cutoff_at
+             WHERE c.next_dequeue_at IS NULL
+               AND c.created_at < v_cutoff_at
                AND (c.last_dequeue_at IS NULL OR c.last_dequeue_at < v_cutoff_ms)
                AND NOT lonnymq_channel_configured_v1(c)
                AND NOT EXISTS (SELECT 1 FROM lonnymq_message m WHERE m.channel_id = c.id)
