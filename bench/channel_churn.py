@@ -17,6 +17,10 @@ a minute by default. A server with autovacuum off (the test server here) would l
 file grow whatever pruning does, so the producer runs ``VACUUM lonnymq_channel`` every
 ``--vacuum-every`` seconds in both runs, standing in for it (0: never).
 
+An ``enqueue_many`` of n distinct keys holds n advisory locks until it commits, from the
+server's shared lock table (``max_locks_per_transaction`` x connections, 6,400 slots on a
+default server, shared with every other session): keep ``--chunk`` well below it.
+
 The databases are ``--database-url`` with ``_off`` and ``_on`` appended to its name
 (default postgres://postgres@127.0.0.1:5432/lq_bench_churn); both are dropped and recreated.
 """
@@ -108,7 +112,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--database-url", default=os.environ.get("LONNYMQ_BENCH_DATABASE_URL", DEFAULT_URL))
     parser.add_argument("--keys", type=int, default=200_000, help="distinct keys (channels) per run")
-    parser.add_argument("--chunk", type=int, default=1000, help="keys per enqueue_many call")
+    parser.add_argument("--chunk", type=int, default=200, help="keys per enqueue_many call")
     parser.add_argument("--backlog", type=int, default=20_000, help="most messages waiting at once")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument(
