@@ -18,6 +18,12 @@ LONNYMQ_HANDLER_MODULES = ["bench.handlers"]
 # other setting (docs/performance.md).
 LONNYMQ_WORKER_SYNCHRONOUS_COMMIT = os.environ.get("LQ_BENCH_SYNCHRONOUS_COMMIT", "on")
 
+# LQ_BENCH_CHANNEL_IDLE_PRUNE: "off" (None) or seconds; unset: the app's default (a day).
+# bench.channel_churn runs its workers with pruning off, then on.
+if os.environ.get("LQ_BENCH_CHANNEL_IDLE_PRUNE"):
+    _prune = os.environ["LQ_BENCH_CHANNEL_IDLE_PRUNE"]
+    LONNYMQ_CHANNEL_IDLE_PRUNE = None if _prune == "off" else float(_prune)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -286,6 +286,29 @@ def check_worker_synchronous_commit(app_configs: Any = None, **kwargs: Any) -> l
     ]
 
 
+@register(Tags.compatibility)
+def check_channel_idle_prune(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """E280: LONNYMQ_CHANNEL_IDLE_PRUNE is None or a positive duration of at most 366 days."""
+    value = settings.CHANNEL_IDLE_PRUNE
+    if value is None:
+        return []
+    try:
+        ms = to_ms(value) if not isinstance(value, bool) else -1
+    except (TypeError, ValueError, OverflowError):
+        ms = -1
+    if 0 < ms <= to_ms(MAX_INTERVAL):
+        return []
+    return [
+        Error(
+            f"LONNYMQ_CHANNEL_IDLE_PRUNE must be None or a positive duration of at most {MAX_INTERVAL}, "
+            f"got {value!r}.",
+            hint="Use a timedelta or seconds, e.g. timedelta(days=1) (the default); None: workers "
+            "never delete idle channels. Workers prune nothing meanwhile.",
+            id="lonnymq.E280",
+        )
+    ]
+
+
 def _migrating() -> bool:
     """Whether these checks run inside ``manage.py migrate`` (which checks before migrating)."""
     from django.core.management.commands.migrate import Command as Migrate
@@ -302,7 +325,7 @@ def _configuration_errors() -> bool:
     """Whether the app's own checks (settings, and its Django Tasks backends: E005, E190...)
     report an error: ``migrate`` runs the checks first and stops on any error."""
     own = (check_database, check_settings, check_handler_modules, check_worker_heartbeat, check_sampling,
-           check_handler_timeout, check_health)  # fmt: skip
+           check_handler_timeout, check_health, check_channel_idle_prune)  # fmt: skip
     if any(check() for check in own):
         return True
     try:

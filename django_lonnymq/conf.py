@@ -57,6 +57,10 @@ DEFAULTS: dict[str, Any] = {
     "CANCEL_GRACE": timedelta(seconds=1),
     # Tests: run each message's handler in-process when its enqueue commits (django_lonnymq.eager).
     "EAGER": False,
+    # An empty channel nobody configured (no limits, weight, rate or pause), idle (no release,
+    # not created) for longer than this, is deleted by the workers' housekeeping; the next
+    # enqueue into it creates it again. None: channels are kept until delete_channel.
+    "CHANNEL_IDLE_PRUNE": timedelta(days=1),
     # How long a dedup key keeps refusing duplicates after its message was enqueued.
     "DEDUP_WINDOW": timedelta(days=1),
     # An enqueue wakes a channel (leaves a wake-up mark) only when its next turn is later

@@ -103,6 +103,12 @@ class HandlerCancelled(Interrupted):
         super().__init__(*(args or ("the message was cancelled while its handler ran",)))
 
 
+class ChannelGone(LonnyMQError):
+    """An enqueue looked its channel up just before the channel was deleted (pruned as idle,
+    or ``delete_channel``): nothing was written and the transaction is aborted. Retry the
+    transaction: the retry creates the channel again."""
+
+
 class UnsupportedIsolation(LonnyMQError):
     """The operation needs READ COMMITTED."""
 
@@ -270,6 +276,11 @@ def translate(exc: BaseException) -> LonnyMQError | None:
         detail = (getattr(diag, "message_detail", None) or "").strip()
         ids = [None if part == "null" else int(part) for part in detail.split(",") if part]
         return UnknownMessage(ids)
+    if sqlstate == "23503" and getattr(diag, "constraint_name", None) == "lonnymq_message_channel_id_fkey":
+        return ChannelGone(
+            "the channel was deleted (pruned as idle) while this call enqueued into it; nothing was "
+            f"enqueued: retry the transaction ({text})"
+        )
     if sqlstate == "23514":
         constraint = getattr(diag, "constraint_name", None) or ""
         if constraint in _CONSTRAINT_RULES:

@@ -195,6 +195,7 @@ class Message(models.Model):
                 name="lonnymq_message_lease_idx",
                 condition=Q(lease_until__isnull=False),
             ),
+            models.Index(fields=["channel"], name="lonnymq_message_channel_idx"),
         ]
 
     def __str__(self) -> str:

@@ -73,8 +73,9 @@ class QueueCollector:
         for queue in sorted({sample.queue for sample in samples} | paused):
             queue_paused.add_metric([queue], 1 if queue in paused else 0)
         yield queue_paused
-        # Exposed as lonnymq_released_total. The sum falls when a channel is deleted, which
-        # Prometheus reads as a counter reset (see docs/admin.md).
+        # Exposed as lonnymq_released_total. The sum falls when a channel is deleted by hand
+        # (pruned channels keep their count), which Prometheus reads as a counter reset
+        # (see docs/admin.md).
         released = CounterMetricFamily(
             "lonnymq_released_total",
             "Messages released (leased) to workers, ever: once per delivery, so a retried "

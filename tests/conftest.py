@@ -44,7 +44,7 @@ def test_database_url() -> str:
 
 
 # Tables no Django model owns: a TransactionTestCase-style flush leaves their rows behind.
-UNOWNED_TABLES = ("lonnymq_wake", "lonnymq_release_count", "lonnymq_trace")
+UNOWNED_TABLES = ("lonnymq_wake", "lonnymq_release_count", "lonnymq_trace", "lonnymq_queue_released")
 
 
 def _empty_unowned_tables() -> None:

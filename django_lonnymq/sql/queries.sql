@@ -229,3 +229,7 @@ DELETE FROM lonnymq_trace t
 -- Workers: which of these messages are still in the table (an ack re-sent after the
 -- connection dropped finds its message gone when the first one committed).
 SELECT m.id FROM lonnymq_message m WHERE m.id = ANY (%(ids)s::bigint[])
+
+-- name: prune_channels
+-- Idle, empty channels nobody configured, deleted in one batch (the workers' housekeeping).
+SELECT lonnymq_prune_channels_v1(%(idle_ms)s::bigint, %(limit)s::integer)

@@ -4,6 +4,7 @@ maintenance step (never one call per message):
 - :class:`Leases`: the heartbeat that extends the leases held (and learns of cancels), and
   a handler's own ``message.extend_lease()``;
 - :class:`Reaper`: messages whose lease expired, anyone's, back to their queue;
+- :class:`Pruner`: idle, empty channels nobody configured, deleted (``LONNYMQ_CHANNEL_IDLE_PRUNE``);
 - :class:`Presence`: the worker's ``lonnymq_worker`` row (read by :mod:`django_lonnymq.workers`);
 - :class:`Samples`: the dashboard's history (:mod:`django_lonnymq.sampling`), an observer of
   the maintenance tick;
@@ -23,6 +24,7 @@ from datetime import datetime, timedelta
 from django.utils import timezone
 
 from .. import db, schedules
+from ..bounds import MAX_INTERVAL
 from ..conf import settings, to_ms
 from ..exceptions import LeaseLost
 from ..message import Message
@@ -127,6 +129,57 @@ class Reaper:
         if reaped:
             self.stats.reaped += int(reaped)
             logger.info("recovered %d message(s) whose lease expired", reaped)
+
+
+def idle_prune_ms() -> int | None:
+    """``LONNYMQ_CHANNEL_IDLE_PRUNE`` in ms; None when off, or invalid (check E280 says so)."""
+    value = settings.CHANNEL_IDLE_PRUNE
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        ms = to_ms(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return ms if 0 < ms <= to_ms(MAX_INTERVAL) else None
+
+
+class Pruner:
+    """Deletes idle, empty channels nobody configured, :data:`BATCH` per SQL call
+    (``lonnymq_prune_channels_v1``), when ``LONNYMQ_CHANNEL_IDLE_PRUNE`` is not None.
+
+    A tenth of the idle period apart (1 s to :data:`EVERY`), and at the next maintenance step
+    again while a batch comes back full, so a backlog of idle channels drains batch by batch
+    without one long statement. Each worker prunes any queue's channels: batches of several
+    workers skip the rows the others hold.
+    """
+
+    # Channels one call deletes at most: one statement's worth of row locks and deletes.
+    BATCH = 1000
+    # The longest wait between two calls.
+    EVERY = 60.0
+
+    def __init__(self, connection: ControlConnection, stats: Stats, observers: Observers):
+        self.connection = connection
+        self.stats = stats
+        self.observers = observers
+        self.next_at = 0.0
+
+    def tick(self, now: float) -> None:
+        if now < self.next_at:
+            return
+        idle_ms = idle_prune_ms()
+        if idle_ms is None:
+            return
+        self.next_at = now + min(max(idle_ms / 10_000, 1.0), self.EVERY)
+        rows = self.connection.quietly(
+            "prune idle channels", "prune_channels", {"idle_ms": idle_ms, "limit": self.BATCH}
+        )
+        pruned = int(rows[0][0] or 0) if rows else 0
+        if pruned:
+            self.stats.pruned += pruned
+            self.observers.channels_pruned(pruned)
+        if pruned >= self.BATCH:
+            self.next_at = now  # more may be waiting: the next step prunes again
 
 
 class Presence:
@@ -262,6 +315,7 @@ class Housekeeping:
         self.presence = presence
         self.observers = observers
         self.reaper = Reaper(connection, stats)
+        self.pruner = Pruner(connection, stats, observers)
         self.enabled = enabled
         # Periodic schedules of these queues: synced at the first maintenance, then ticked.
         self.ticker = schedules.Ticker(queues, interval=poll_interval)
@@ -274,11 +328,14 @@ class Housekeeping:
         self.leases.tick(now)
         self.reaper.tick(now)
         if self.enabled and not stopping:
+            self.pruner.tick(now)
             self.ticker.run(self.connection.conn)  # never raises; on its own clock
 
     def due_in(self, now: float) -> list[float]:
-        """Seconds until the heartbeat and the reaper are due (either may be negative)."""
+        """Seconds until the heartbeat, the reaper and the pruner are due (any may be negative)."""
         waits = [self.reaper.next_at - now]
+        if self.enabled and idle_prune_ms() is not None:
+            waits.append(self.pruner.next_at - now)
         if self.leases.next_at:
             waits.append(self.leases.next_at - now)
         return waits

@@ -12,6 +12,8 @@ Metrics (label ``queue``; ``outcome`` one of :data:`~django_lonnymq.worker.obser
 - ``lonnymq_worker_running_messages{queue}``: handlers running now;
 - ``lonnymq_worker_leased_messages{queue}``: leases held now (running, or waiting for a
   free handler thread);
+- ``lonnymq_worker_channels_pruned_total``: idle, empty channels this worker's housekeeping
+  deleted (``LONNYMQ_CHANNEL_IDLE_PRUNE``);
 - ``lonnymq_worker_info{worker, host, pid}`` (1) and ``lonnymq_worker_concurrency``.
 
 The endpoint has no login: it listens on 127.0.0.1 unless told otherwise, drops a request not
@@ -65,6 +67,11 @@ class WorkerMetrics(Observer):
             "How long each handler run took (every attempt), by queue.",
             ["queue"],
             buckets=BUCKETS,
+            registry=self.registry,
+        )
+        self.pruned = Counter(
+            "lonnymq_worker_channels_pruned",
+            "Idle, empty channels this worker's housekeeping deleted (LONNYMQ_CHANNEL_IDLE_PRUNE).",
             registry=self.registry,
         )
         self.running = Gauge(
@@ -124,6 +131,9 @@ class WorkerMetrics(Observer):
 
     def lease_lost(self, message: Message) -> None:
         self.count(message.queue, "lease_lost")
+
+    def channels_pruned(self, count: int) -> None:
+        self.pruned.inc(count)
 
     def stopped(self) -> None:
         self.close()

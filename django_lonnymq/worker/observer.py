@@ -11,7 +11,8 @@ the worker to reconnect).
 Events on the worker's control thread: ``fetched``, then, as the database recorded them,
 ``acked``, ``retried``, ``snoozed``, ``dead``, ``timed_out`` and ``cancelled`` (each followed
 by ``retried`` or ``dead``), ``lease_lost``; ``tick`` at each maintenance step (housekeeping
-on) and ``stopped`` once the worker stopped. On the thread (or event-loop task) that runs the
+on), ``channels_pruned`` when its housekeeping deleted idle channels, and ``stopped`` once the
+worker stopped. On the thread (or event-loop task) that runs the
 handler: ``handler_started`` right before it, ``handler_finished`` right after, with the
 :class:`~django_lonnymq.worker.outcomes.Outcome` the run asks for.
 
@@ -44,6 +45,7 @@ EVENTS = (
     "cancelled",
     "lease_lost",
     "tick",
+    "channels_pruned",
     "stopped",
 )
 
@@ -84,6 +86,9 @@ class Observer:
 
     def tick(self) -> None:
         """The worker's maintenance step (its control thread and connection)."""
+
+    def channels_pruned(self, count: int) -> None:
+        """Its housekeeping deleted ``count`` idle, empty channels (``LONNYMQ_CHANNEL_IDLE_PRUNE``)."""
 
     def stopped(self) -> None:
         """The worker stopped serving."""
@@ -174,6 +179,9 @@ class Observers:
     def tick(self) -> None:
         self._each("tick")
 
+    def channels_pruned(self, count: int) -> None:
+        self._each("channels_pruned", count)
+
     def stopped(self) -> None:
         self._each("stopped")
 
@@ -215,6 +223,9 @@ class LogObserver(Observer):
         logger.warning(
             "lease on message %s expired before it finished; it may run again (raise --lease?)", message.id
         )
+
+    def channels_pruned(self, count: int) -> None:
+        logger.info("pruned %d idle empty channel(s)", count)
 
 
 # What a recorded failure that is not dead comes to, by the outcome's action.

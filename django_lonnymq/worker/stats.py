@@ -17,6 +17,7 @@ class Stats:
     lease_lost: int = 0
     empty_fetches: int = 0
     reaped: int = 0
+    pruned: int = 0
     reconnects: int = 0
     released: int = 0
     statement_errors: int = 0
@@ -30,7 +31,7 @@ class Stats:
         elapsed = max(time.monotonic() - self.started_at, 1e-9)
         return (
             f"fetched={self.fetched} acked={self.acked} retried={self.retried} dead={self.dead} "
-            f"lease_lost={self.lease_lost} released={self.released} reaped={self.reaped} "
+            f"lease_lost={self.lease_lost} released={self.released} reaped={self.reaped} pruned={self.pruned} "
             f"empty_fetches={self.empty_fetches} reconnects={self.reconnects} "
             f"statement_errors={self.statement_errors} timed_out={self.timed_out} "
             f"cancelled={self.cancelled} abandoned={self.abandoned} "

@@ -42,7 +42,7 @@ DOCUMENTED = {
     "django_lonnymq.rates": ["Rate"],
     "django_lonnymq.logs": ["Formatter", "LOGGER", "build_formatter", "configure_console"],
     "django_lonnymq.exceptions": [
-        "Discard", "HandlerCancelled", "HandlerTimeout", "InvalidArgument", "LeaseLost", "LonnyMQError",
+        "ChannelGone", "Discard", "HandlerCancelled", "HandlerTimeout", "InvalidArgument", "LeaseLost", "LonnyMQError",
         "MessageNotFound", "NoHandler", "PayloadError", "PriorityWithSchedule", "Retry", "SchemaMissing", "Snooze",
         "UnknownMessage", "UnknownTask", "UnsupportedIsolation", "WorkerInterrupted",
     ],

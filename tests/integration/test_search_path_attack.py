@@ -410,6 +410,7 @@ def _statements(ids: dict[str, Any]) -> list[tuple[str, Any]]:
         ("release", lambda: {"ids": ids["leased"][2:], "tokens": ids["tokens"][2:], "tolerance_ms": 50}),
         ("pause_queue", {"queue": "lookalike_paused", "paused": True}),
         ("reap", {"limit": 100, "dedup_window_ms": 86_400_000, "tolerance_ms": 50}),
+        ("prune_channels", {"idle_ms": 86_400_000, "limit": 10}),
         ("requeue_dead", lambda: {"ids": [ids["leased"][1]], "reset_attempts": True, "tolerance_ms": 50}),
         ("run_now", lambda: {"ids": [ids["leased"][1]], "tolerance_ms": 50}),
         ("cancel", lambda: {"ids": [ids["leased"][1]], "missing_ok": False}),

@@ -75,6 +75,8 @@ RELEASED = {
     "0024_snooze.up.sql": "7dfd62447c60fd111f6fc88683bdfa2f86fd9db02191e1ec8181135824d27263",
     "0025_dedup_modes.down.sql": "3a0997a9c1d305b9de5a417d0c7f54289432fc7465c022f6254ce6e9b449ab05",
     "0025_dedup_modes.up.sql": "45afd7c4fbb0f4fbc158db78ec2f4f9cf00051ed0e49e75004a69b40060d5dc5",
+    "0028_channel_prune.down.sql": "c49b6f8bbfbb909af8f0f0e643e7c27ecf096f254f8f403cc1dac3d10181a212",
+    "0028_channel_prune.up.sql": "f69235e278736a54431d457f019d7610a4b9071302c489286cf076db7d64f610",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

@@ -96,6 +96,7 @@ def test_the_checks_are_registered():
         "check_health",
         "check_worker_synchronous_commit",
         "check_max_snoozes",
+        "check_channel_idle_prune",
     }
 
 
@@ -454,4 +455,23 @@ def test_e240_max_snoozes_must_be_a_bounded_integer(value):
 @pytest.mark.parametrize("value", [0, 3, 100, 1_000_000])
 def test_e240_accepts_integers_in_bounds(value):
     with override_settings(LONNYMQ_MAX_SNOOZES=value):
+        assert lonnymq_errors() == []
+
+
+# ---------------------------------------------------------------------------------------
+# E280: LONNYMQ_CHANNEL_IDLE_PRUNE is None or a positive duration of at most 366 days
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [0, -1, timedelta(days=367), "1 day", True, timedelta(0)])
+def test_e280_channel_idle_prune_must_be_none_or_a_bounded_duration(value):
+    with override_settings(LONNYMQ_CHANNEL_IDLE_PRUNE=value):
+        errors = lonnymq_errors()
+    assert ids(errors) == ["lonnymq.E280"]
+    assert "LONNYMQ_CHANNEL_IDLE_PRUNE" in errors[0].msg and repr(value) in errors[0].msg
+
+
+@pytest.mark.parametrize("value", [None, 1, 0.5, timedelta(days=1), timedelta(days=366)])
+def test_e280_accepts_none_and_durations_in_bounds(value):
+    with override_settings(LONNYMQ_CHANNEL_IDLE_PRUNE=value):
         assert lonnymq_errors() == []
