@@ -111,9 +111,8 @@ class StandIn:
 
 @contextlib.contextmanager
 def registries_kept() -> Iterator[None]:
-    from django_lonnymq import registry
-
-    registry.autodiscover()  # the project's own handlers first, so that they are kept
+    # Not autodiscover(): it would mark the handler modules discovered for the rest of the
+    # session, and in-process workers of later tests would then sync schedules.
     saved = {}
     for name in REGISTRIES:
         module = importlib.import_module(name)
@@ -316,7 +315,13 @@ def test_the_markers_mean_what_contributing_md_says(tmp_path: Any, db: None) -> 
     page.write_text(SAMPLE_PAGE)
     setup, continued, needs, compile_only, broken, unknown = docs.blocks(page)
     assert [b.line for b in chain(continued)] == [setup.line, continued.line]
+    from django_lonnymq import registry, schedules
+
+    handlers, discovered = dict(registry._handlers), schedules._discovered
     run(chain(continued))  # ids comes from the block it continues
+    # Nothing of the session's state changes: handlers, and whether the handler modules were
+    # discovered (in-process workers of later tests sync schedules only once they were).
+    assert registry._handlers == handlers and schedules._discovered is discovered
     with pytest.raises(NameError):
         run([continued])
     assert needs.needs == ["charge"] and "settings" in needs.marker
