@@ -6,7 +6,7 @@ the example project is migrated, tenants enqueue transcodes (one capped, one rat
 weighted, one paused, a scheduled job, jobs that fail), two real ``run_queue_worker`` processes
 work on them while the queue is sampled every second, one worker is stopped, and the admin,
 served by ``runserver``, is photographed in headless Chromium (Debian's ``/usr/bin/chromium``,
-driven by Playwright) while the other still works.
+driven by Playwright, launched by docs/browser.py) while the other still works.
 
     python docs/screenshots.py [--database-url URL] [--seconds 20]
 """
@@ -27,15 +27,6 @@ ROOT = Path(__file__).resolve().parent.parent
 IMAGES = ROOT / "docs" / "images"
 DATABASE = "lonnymq_screenshots"
 QUEUE = "transcode"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
 # (file, admin path, what to wait for on the page); each picture is the whole page, 1440 px wide.
 PAGES = [
     ("admin-channels.png", "/admin/django_lonnymq/channel/", "#result_list"),
@@ -139,29 +130,25 @@ def wait_for(url: str, timeout: float = 60) -> None:
 
 
 def photograph(base: str) -> list[Path]:
-    from playwright.sync_api import sync_playwright
+    from docs.browser import chromium  # the launch the admin's browser tests use too
 
     IMAGES.mkdir(parents=True, exist_ok=True)
     written = []
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1440, "height": 480})
-            # The admin's navigation sidebar folded away: the pictures are about the queue.
-            page.add_init_script("localStorage.setItem('django.admin.navSidebarIsOpen', 'false')")
-            page.goto(f"{base}/admin/login/?next=/admin/")
-            page.fill("#id_username", USER)
-            page.fill("#id_password", PASSWORD)
-            page.click("input[type=submit]")
-            page.wait_for_url(f"{base}/admin/")
-            for name, path, ready in PAGES:
-                page.goto(base + path)
-                page.wait_for_selector(ready)
-                target = IMAGES / name
-                page.screenshot(path=str(target), full_page=True)
-                written.append(target)
-        finally:
-            browser.close()
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1440, "height": 480})
+        # The admin's navigation sidebar folded away: the pictures are about the queue.
+        page.add_init_script("localStorage.setItem('django.admin.navSidebarIsOpen', 'false')")
+        page.goto(f"{base}/admin/login/?next=/admin/")
+        page.fill("#id_username", USER)
+        page.fill("#id_password", PASSWORD)
+        page.click("input[type=submit]")
+        page.wait_for_url(f"{base}/admin/")
+        for name, path, ready in PAGES:
+            page.goto(base + path)
+            page.wait_for_selector(ready)
+            target = IMAGES / name
+            page.screenshot(path=str(target), full_page=True)
+            written.append(target)
     return written
 
 

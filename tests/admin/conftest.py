@@ -3,15 +3,17 @@ through the queue's own SQL functions (enqueue, dequeue, fail)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission, User
-from django.db import connection
+from django.db import connection, connections
 from django.test import Client
 
 from django_lonnymq import api, sql
+from docs.browser import BrowserMissing, chromium
 
 QUEUE = "t_admin"
 VIEW_PERMS = ["view_channel", "view_message", "view_deadmessage"]
@@ -90,3 +92,24 @@ def make_client(db: None) -> Callable[..., Client]:
 def viewer_client(make_client: Callable[..., Client]) -> Client:
     """A staff user with view permissions only."""
     return make_client("viewer", VIEW_PERMS)
+
+
+@pytest.fixture
+def browser(transactional_db: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A headless Chromium (docs/browser.py: Debian's chromium, driven by Playwright) for the
+    test's pages; fails, never skips, when either is missing (``make test`` installs both).
+    Playwright's sync API runs an event loop in this thread: the test's ORM calls are plain
+    synchronous code, allowed by DJANGO_ALLOW_ASYNC_UNSAFE."""
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with contextlib.ExitStack() as stack:
+        try:
+            launched = stack.enter_context(chromium())
+        except BrowserMissing as missing:
+            pytest.fail(str(missing))
+        try:
+            yield launched
+        finally:
+            # ORM calls made meanwhile ran on connections of Playwright's context (Django's
+            # connections are context-local): close them while it lasts, or they outlive the
+            # test database.
+            connections.close_all()

@@ -1,21 +1,19 @@
 """End to end in a real headless browser (Debian's chromium, driven by Playwright): log in,
 change a channel's limit, requeue a dead message, screenshot the dashboard.
 
-Fails, never skips, when chromium or Playwright is missing: ``make test`` installs both.
+Fails, never skips, when chromium or Playwright is missing (the ``browser`` fixture of
+conftest.py, docs/browser.py): ``make test`` installs both.
 The screenshots land in ``test-output/`` at the repository root: ``dashboard.png`` (and
 ``channels.png``, ``dead_messages.png`` on the way).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pytest
 from django.contrib.auth.models import User
 from django.db import connections
 
@@ -27,26 +25,7 @@ from .conftest import ack, dequeue, make_dead
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUT = ROOT / "test-output"
 SCREENSHOT = OUTPUT / "dashboard.png"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 QUEUE = "transcode"
-
-
-def chromium_path() -> str:
-    found = CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium")
-    if not found:
-        pytest.fail(
-            "chromium is not installed; the browser test needs Debian's chromium: "
-            "apt-get update && apt-get install -y chromium"
-        )
-    return found
 
 
 def workload() -> int:
@@ -98,16 +77,7 @@ def workers_seen() -> None:
     assert len(dequeue(QUEUE, batch_size=2, worker="encoder-1")) == 2
 
 
-def test_ops_change_a_limit_requeue_and_see_the_dashboard(live_server, transactional_db, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    executable = chromium_path()
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.fail("playwright is not installed: pip install playwright (the dev dependency group has it)")
-    # Playwright's sync API runs an event loop in this thread; the ORM calls between the
-    # browser steps are plain synchronous test code.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
+def test_ops_change_a_limit_requeue_and_see_the_dashboard(live_server, browser) -> None:  # type: ignore[no-untyped-def]
     User.objects.create_superuser("ops", "ops@example.com", "correct horse battery")
     dead_id = workload()
     acme = Channel.objects.get(queue=QUEUE, name="acme")
@@ -115,78 +85,70 @@ def test_ops_change_a_limit_requeue_and_see_the_dashboard(live_server, transacti
 
     SCREENSHOT.parent.mkdir(exist_ok=True)
     SCREENSHOT.unlink(missing_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1440, "height": 900})
-            page.set_default_timeout(15_000)
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    page.set_default_timeout(15_000)
 
-            # Log in.
-            page.goto(f"{live_server.url}/admin/login/?next=/admin/")
-            page.fill("#id_username", "ops")
-            page.fill("#id_password", "correct horse battery")
-            page.click("input[type=submit]")
-            page.wait_for_selector("#site-name")
-            assert "Site administration" in page.content()
+    # Log in.
+    page.goto(f"{live_server.url}/admin/login/?next=/admin/")
+    page.fill("#id_username", "ops")
+    page.fill("#id_password", "correct horse battery")
+    page.click("input[type=submit]")
+    page.wait_for_selector("#site-name")
+    assert "Site administration" in page.content()
 
-            # Change acme's concurrency limit in the channel list.
-            page.goto(f"{live_server.url}/admin/django_lonnymq/channel/?queue={QUEUE}&q=acme")
-            limit = page.locator("input[name='form-0-max_concurrency']")
-            assert limit.input_value() == "2"
-            limit.fill("5")
-            page.click("input[name='_save']")
-            page.wait_for_selector("ul.messagelist li.success")
-            assert page.locator("input[name='form-0-max_concurrency']").input_value() == "5"
-            page.goto(f"{live_server.url}/admin/django_lonnymq/channel/?queue={QUEUE}")
-            page.screenshot(path=str(OUTPUT / "channels.png"), full_page=True)
-            acme.refresh_from_db()
-            assert acme.max_concurrency == 5
+    # Change acme's concurrency limit in the channel list.
+    page.goto(f"{live_server.url}/admin/django_lonnymq/channel/?queue={QUEUE}&q=acme")
+    limit = page.locator("input[name='form-0-max_concurrency']")
+    assert limit.input_value() == "2"
+    limit.fill("5")
+    page.click("input[name='_save']")
+    page.wait_for_selector("ul.messagelist li.success")
+    assert page.locator("input[name='form-0-max_concurrency']").input_value() == "5"
+    page.goto(f"{live_server.url}/admin/django_lonnymq/channel/?queue={QUEUE}")
+    page.screenshot(path=str(OUTPUT / "channels.png"), full_page=True)
+    acme.refresh_from_db()
+    assert acme.max_concurrency == 5
 
-            # Requeue acme's dead message.
-            page.goto(f"{live_server.url}/admin/django_lonnymq/deadmessage/?queue={QUEUE}")
-            page.screenshot(path=str(OUTPUT / "dead_messages.png"), full_page=True)
-            page.check(f"input[name='_selected_action'][value='{dead_id}']")
-            page.select_option("select[name='action']", "requeue")
-            page.click("button[name='index']")
-            page.wait_for_selector("ul.messagelist li.success")
-            assert "Requeued 1 dead messages" in page.locator("ul.messagelist").inner_text()
-            assert not DeadMessage.objects.filter(pk=dead_id).exists()
-            assert Message.objects.get(pk=dead_id).attempts == 0
+    # Requeue acme's dead message.
+    page.goto(f"{live_server.url}/admin/django_lonnymq/deadmessage/?queue={QUEUE}")
+    page.screenshot(path=str(OUTPUT / "dead_messages.png"), full_page=True)
+    page.check(f"input[name='_selected_action'][value='{dead_id}']")
+    page.select_option("select[name='action']", "requeue")
+    page.click("button[name='index']")
+    page.wait_for_selector("ul.messagelist li.success")
+    assert "Requeued 1 dead messages" in page.locator("ul.messagelist").inner_text()
+    assert not DeadMessage.objects.filter(pk=dead_id).exists()
+    assert Message.objects.get(pk=dead_id).attempts == 0
 
-            # The dashboard, with the history recorded above and the figures now.
-            QueueSample.record()
-            page.goto(f"{live_server.url}/admin/django_lonnymq/channel/dashboard/?queue={QUEUE}&minutes=15")
-            page.wait_for_selector("svg.lq-chart polyline")
-            assert page.locator("svg.lq-chart").count() == 3
-            figures = page.locator("#lq-figures").inner_text()
-            assert "in flight" in figures and "oldest ready message has waited" in figures
-            assert "released per minute" in figures
-            # The workload released messages between its samples: a real throughput figure.
-            assert page.locator("#lq-throughput .lq-value").inner_text() not in ("-", "0.0")
-            page.screenshot(path=str(SCREENSHOT), full_page=True)
+    # The dashboard, with the history recorded above and the figures now.
+    QueueSample.record()
+    page.goto(f"{live_server.url}/admin/django_lonnymq/channel/dashboard/?queue={QUEUE}&minutes=15")
+    page.wait_for_selector("svg.lq-chart polyline")
+    assert page.locator("svg.lq-chart").count() == 3
+    figures = page.locator("#lq-figures").inner_text()
+    assert "in flight" in figures and "oldest ready message has waited" in figures
+    assert "released per minute" in figures
+    # The workload released messages between its samples: a real throughput figure.
+    assert page.locator("#lq-throughput .lq-value").inner_text() not in ("-", "0.0")
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
 
-            # The worker list: one live, one lost (silent), one stopped; a held message links to its worker.
-            workers_seen()
-            page.goto(f"{live_server.url}/admin/django_lonnymq/worker/")
-            page.wait_for_selector("#result_list")
-            states = {
-                row.locator("th.field-name").inner_text(): row.locator("td.field-state_display").inner_text()
-                for row in page.locator("#result_list tbody tr").all()
-            }
-            assert states == {"encoder-1": "live", "encoder-2": "lost", "encoder-3": "stopped"}
-            live_row = page.locator("#result_list tbody tr", has_text="encoder-1")
-            assert live_row.locator("td.field-in_flight_of").inner_text() == "2 / 4"
-            assert live_row.locator("td.field-leases_now").inner_text() == "2"
-            page.screenshot(path=str(OUTPUT / "workers.png"), full_page=True)
-            live_row.locator("td.field-leases_now a").click()
-            page.wait_for_selector("#result_list")
-            page.locator("#result_list td.field-leased_by_display a").first.click()
-            page.wait_for_selector("div.field-name")
-            assert "encoder-1" in page.locator("div.field-name").inner_text()
-        finally:
-            browser.close()
-            # ORM calls inside this block ran on connections of Playwright's context (Django's
-            # connections are context-local): close them, or they outlive the test database.
-            connections.close_all()
+    # The worker list: one live, one lost (silent), one stopped; a held message links to its worker.
+    workers_seen()
+    page.goto(f"{live_server.url}/admin/django_lonnymq/worker/")
+    page.wait_for_selector("#result_list")
+    states = {
+        row.locator("th.field-name").inner_text(): row.locator("td.field-state_display").inner_text()
+        for row in page.locator("#result_list tbody tr").all()
+    }
+    assert states == {"encoder-1": "live", "encoder-2": "lost", "encoder-3": "stopped"}
+    live_row = page.locator("#result_list tbody tr", has_text="encoder-1")
+    assert live_row.locator("td.field-in_flight_of").inner_text() == "2 / 4"
+    assert live_row.locator("td.field-leases_now").inner_text() == "2"
+    page.screenshot(path=str(OUTPUT / "workers.png"), full_page=True)
+    live_row.locator("td.field-leases_now a").click()
+    page.wait_for_selector("#result_list")
+    page.locator("#result_list td.field-leased_by_display a").first.click()
+    page.wait_for_selector("div.field-name")
+    assert "encoder-1" in page.locator("div.field-name").inner_text()
 
     assert SCREENSHOT.exists() and SCREENSHOT.stat().st_size > 10_000

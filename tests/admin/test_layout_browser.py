@@ -6,14 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from django.contrib.auth.models import User
-from django.db import connections
 
 from django_lonnymq import api
 from django_lonnymq.models import Channel, QueueSample
 
-from .test_browser import CHROMIUM_ARGS, OUTPUT, QUEUE, chromium_path, workers_seen, workload
+from .test_browser import OUTPUT, QUEUE, workers_seen, workload
 
 LISTS = {
     "channels": "/admin/django_lonnymq/channel/",
@@ -23,13 +21,7 @@ LISTS = {
 }
 
 
-def test_lists_fit_1366_px_and_pages_show_times_not_raw_values(
-    live_server: Any, transactional_db: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    executable = chromium_path()
-    from playwright.sync_api import sync_playwright
-
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+def test_lists_fit_1366_px_and_pages_show_times_not_raw_values(live_server: Any, browser: Any) -> None:
     User.objects.create_superuser("ops", "ops@example.com", "correct horse battery")
     workload()
     api.configure_channel(QUEUE, "globex", paused=True)
@@ -38,38 +30,32 @@ def test_lists_fit_1366_px_and_pages_show_times_not_raw_values(
     workers_seen()
     acme = Channel.objects.get(queue=QUEUE, name="acme")
     OUTPUT.mkdir(exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1366, "height": 800})
-            page.set_default_timeout(15_000)
-            page.goto(f"{live_server.url}/admin/login/?next=/admin/")
-            page.fill("#id_username", "ops")
-            page.fill("#id_password", "correct horse battery")
-            page.click("input[type=submit]")
-            page.wait_for_selector("#site-name")
+    page = browser.new_page(viewport={"width": 1366, "height": 800})
+    page.set_default_timeout(15_000)
+    page.goto(f"{live_server.url}/admin/login/?next=/admin/")
+    page.fill("#id_username", "ops")
+    page.fill("#id_password", "correct horse battery")
+    page.click("input[type=submit]")
+    page.wait_for_selector("#site-name")
 
-            for name, url in LISTS.items():
-                page.goto(live_server.url + url)
-                page.wait_for_selector("#result_list")
-                assert page.locator("#nav-sidebar").is_visible()  # the sidebar takes its share
-                scroll, visible = page.evaluate(
-                    "() => { const r = document.querySelector('.results'); return [r.scrollWidth, r.clientWidth]; }"
-                )
-                page.screenshot(path=str(OUTPUT / f"list-{name}-1366.png"), full_page=True)
-                assert scroll <= visible, f"the {name} list scrolls sideways at 1366 px: {scroll} > {visible}"
-                assert "Show counts" not in page.content()
+    for name, url in LISTS.items():
+        page.goto(live_server.url + url)
+        page.wait_for_selector("#result_list")
+        assert page.locator("#nav-sidebar").is_visible()  # the sidebar takes its share
+        scroll, visible = page.evaluate(
+            "() => { const r = document.querySelector('.results'); return [r.scrollWidth, r.clientWidth]; }"
+        )
+        page.screenshot(path=str(OUTPUT / f"list-{name}-1366.png"), full_page=True)
+        assert scroll <= visible, f"the {name} list scrolls sideways at 1366 px: {scroll} > {visible}"
+        assert "Show counts" not in page.content()
 
-            page.goto(f"{live_server.url}/admin/django_lonnymq/channel/{acme.pk}/change/")
-            page.wait_for_selector("fieldset")
-            labels = [
-                text.strip()
-                for text in page.locator("fieldset label, fieldset .flex-container > label").all_inner_texts()
-            ]
-            assert ":" not in labels and "" not in labels, labels
-            text = page.locator("#content").inner_text()
-            assert "None" not in text and "+00:00" not in text, text
-            assert "Messages:" in text
-        finally:
-            browser.close()
-            connections.close_all()
+    page.goto(f"{live_server.url}/admin/django_lonnymq/channel/{acme.pk}/change/")
+    page.wait_for_selector("fieldset")
+    labels = [
+        text.strip()
+        for text in page.locator("fieldset label, fieldset .flex-container > label").all_inner_texts()
+    ]
+    assert ":" not in labels and "" not in labels, labels
+    text = page.locator("#content").inner_text()
+    assert "None" not in text and "+00:00" not in text, text
+    assert "Messages:" in text

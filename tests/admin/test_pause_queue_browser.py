@@ -4,61 +4,48 @@ action resumes it. Screenshot in ``test-output/`` (``paused_queue_dashboard.png`
 
 from __future__ import annotations
 
-import pytest
 from django.contrib.auth.models import User
 
 from django_lonnymq import alarms, api
 
-from .test_browser import CHROMIUM_ARGS, OUTPUT, chromium_path
+from .test_browser import OUTPUT
 
 QUEUE = "exports"
 
 
 def test_an_operator_pauses_a_queue_on_the_dashboard_and_resumes_it(  # type: ignore[no-untyped-def]
-    live_server, transactional_db, monkeypatch
+    live_server, browser
 ) -> None:
-    executable = chromium_path()
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.fail("playwright is not installed: pip install playwright (the dev dependency group has it)")
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
     User.objects.create_superuser("ops", "ops@example.com", "correct horse battery")
     api.enqueue(QUEUE, {"n": 1}, channel="acme")
     api.enqueue("mail", {"n": 1}, channel="acme")
 
     OUTPUT.mkdir(exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1366, "height": 900})
-            page.set_default_timeout(15_000)
-            page.goto(f"{live_server.url}/admin/login/?next=/admin/")
-            page.fill("#id_username", "ops")
-            page.fill("#id_password", "correct horse battery")
-            page.click("input[type=submit]")
-            page.wait_for_selector("#site-name")
+    page = browser.new_page(viewport={"width": 1366, "height": 900})
+    page.set_default_timeout(15_000)
+    page.goto(f"{live_server.url}/admin/login/?next=/admin/")
+    page.fill("#id_username", "ops")
+    page.fill("#id_password", "correct horse battery")
+    page.click("input[type=submit]")
+    page.wait_for_selector("#site-name")
 
-            dashboard = f"{live_server.url}/admin/django_lonnymq/channel/dashboard/?queue={QUEUE}"
-            page.goto(dashboard)
-            assert page.locator(".lq-queue-paused-badge").count() == 0
-            page.click(f"form:has(input[name='queue'][value='{QUEUE}']) input[value='Pause']")
-            page.wait_for_selector("ul.messagelist li.success")
-            assert alarms.paused_queues() == {QUEUE}
-            assert "(paused)" in page.locator("h1").first.inner_text()
-            assert page.locator("#lq-queue-paused").is_visible()
-            badges = page.locator(".lq-queue-paused-badge")
-            assert badges.count() == 1 and badges.first.is_visible()
-            page.screenshot(path=str(OUTPUT / "paused_queue_dashboard.png"), full_page=True)
+    dashboard = f"{live_server.url}/admin/django_lonnymq/channel/dashboard/?queue={QUEUE}"
+    page.goto(dashboard)
+    assert page.locator(".lq-queue-paused-badge").count() == 0
+    page.click(f"form:has(input[name='queue'][value='{QUEUE}']) input[value='Pause']")
+    page.wait_for_selector("ul.messagelist li.success")
+    assert alarms.paused_queues() == {QUEUE}
+    assert "(paused)" in page.locator("h1").first.inner_text()
+    assert page.locator("#lq-queue-paused").is_visible()
+    badges = page.locator(".lq-queue-paused-badge")
+    assert badges.count() == 1 and badges.first.is_visible()
+    page.screenshot(path=str(OUTPUT / "paused_queue_dashboard.png"), full_page=True)
 
-            # The queue-limits page lists it (paused, no limit); its action resumes it.
-            page.goto(f"{live_server.url}/admin/django_lonnymq/queueconfig/")
-            page.check(f"input[name='_selected_action'][value='{QUEUE}']")
-            page.select_option("select[name='action']", "resume_queues")
-            page.click("button[name='index']")
-            page.wait_for_selector("ul.messagelist li.success")
-            assert f"Resumed 1 queue: {QUEUE}." in page.locator("ul.messagelist").inner_text()
-            assert alarms.paused_queues() == set()
-        finally:
-            browser.close()
+    # The queue-limits page lists it (paused, no limit); its action resumes it.
+    page.goto(f"{live_server.url}/admin/django_lonnymq/queueconfig/")
+    page.check(f"input[name='_selected_action'][value='{QUEUE}']")
+    page.select_option("select[name='action']", "resume_queues")
+    page.click("button[name='index']")
+    page.wait_for_selector("ul.messagelist li.success")
+    assert f"Resumed 1 queue: {QUEUE}." in page.locator("ul.messagelist").inner_text()
+    assert alarms.paused_queues() == set()
