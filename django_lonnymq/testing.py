@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from django.db import connections
+from django.db import connections, transaction
 
 from . import eager as _eager
 from .conf import settings
@@ -146,9 +146,14 @@ def tick(*queues: str, at: datetime | None = None, using: str | None = None) -> 
     # The schedule statements are prepared on the connection: bind on the server while they run.
     factory = raw.cursor_factory
     raw.cursor_factory = _server_cursor(factory)
+    # Django's atomic first: inside a test's transaction it sets a savepoint, which begins the
+    # transaction on the server, so the statements' own ``transaction()`` blocks nest in it and
+    # the test's rollback undoes them (the test's atomic alone sends nothing, and psycopg would
+    # then commit its block for real).
     try:
-        schedules.sync(raw, queues=names)
-        fired = schedules.tick(raw, names, now_ms=now_ms)
+        with transaction.atomic(using=alias):
+            schedules.sync(raw, queues=names)
+            fired = schedules.tick(raw, names, now_ms=now_ms)
     finally:
         raw.cursor_factory = factory
     if _eager.enabled():

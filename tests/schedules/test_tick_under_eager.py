@@ -51,3 +51,25 @@ def test_without_eager_the_tick_is_enqueued_once(declared):
     assert tick(QUEUE, at=later) == 0  # the same tick is never enqueued twice
     assert_enqueued(QUEUE, payload={"report": "daily"}, count=1)
     assert RAN == []
+
+
+
+@pytest.mark.django_db
+def test_a_tick_as_the_first_query_of_a_test_is_rolled_back_with_it(declared):
+    """The test's own transaction holds the tick: nothing of it outlives the test. The test's
+    atomic has sent nothing to the server yet, so only tick()'s own savepoint puts the tick's
+    statements inside it (without one, psycopg committed them for real)."""
+    import psycopg
+    from django.db import connections
+
+    from tests.conftest import test_dsn
+
+    wrapper = connections["default"]
+    wrapper.ensure_connection()
+    assert wrapper.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert tick(QUEUE, at=timezone.now() + timedelta(seconds=61)) == 1
+    with psycopg.connect(test_dsn(), autocommit=True) as other:  # sees only what was committed
+        seen = other.execute(
+            "SELECT count(*) FROM lonnymq_schedule WHERE name = 'eager-tick-report'"
+        ).fetchone()
+    assert seen == (0,)
