@@ -19,7 +19,7 @@ from django_lonnymq.models import Channel, Message, QueueConfig, Subscription, T
 from django_lonnymq.registry import autodiscover
 from django_lonnymq.routing import by_database, queue_databases
 from django_lonnymq.topics import subscribe, sync_subscriptions, unsubscribe_declared
-from django_lonnymq.worker.group import WorkerGroup
+from django_lonnymq.worker import WorkerGroup
 
 BOTH = ["default", "other"]
 pytestmark = pytest.mark.django_db(databases=BOTH)
@@ -211,7 +211,9 @@ def test_e250_a_good_mapping_passes():
 def test_w210_a_mapped_database_without_the_tables_is_reported():
     assert check_schema_installed(databases=BOTH) == []
     # As if the last migration never ran on "other" (rolled back with the test).
-    MigrationRecorder(connections["other"]).migration_qs.filter(app="django_lonnymq").order_by("-id")[:1].get().delete()
+    MigrationRecorder(connections["other"]).migration_qs.filter(app="django_lonnymq").order_by("-id")[
+        :1
+    ].get().delete()
     warnings = check_schema_installed(databases=BOTH)
     assert [w.id for w in warnings] == ["lonnymq.W210"]
     assert "'other'" in warnings[0].msg
@@ -269,7 +271,9 @@ def test_a_worker_group_drains_queues_on_both_databases(recording):
     assert stats.acked == 10 and group.exit_code == 0
     assert on("default", "t_record") == [] and on("other", "t_sleep") == []
     with connections["default"].cursor() as cursor:
-        cursor.execute("SELECT queue, count(*) FROM testapp_delivery WHERE event = 'done' GROUP BY queue ORDER BY 1")
+        cursor.execute(
+            "SELECT queue, count(*) FROM testapp_delivery WHERE event = 'done' GROUP BY queue ORDER BY 1"
+        )
         done = cursor.fetchall()
     assert done == [("t_record", 5), ("t_sleep", 5)]
 

@@ -18,8 +18,7 @@ from django_lonnymq.exceptions import InvalidArgument, NoHandler, SchemaMissing
 from django_lonnymq.registry import autodiscover
 from django_lonnymq.routing import by_database
 from django_lonnymq.topics import sync_declared_subscriptions
-from django_lonnymq.worker import Worker
-from django_lonnymq.worker.group import WorkerGroup
+from django_lonnymq.worker import Worker, WorkerGroup
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}
