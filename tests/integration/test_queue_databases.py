@@ -291,3 +291,30 @@ def test_a_worker_group_refuses_max_messages_and_one_database():
         WorkerGroup(by_database(["t_record", "t_noop"]), max_messages=3)
     with pytest.raises(InvalidArgument, match="two databases or more"):
         WorkerGroup(by_database(["t_record"]))
+
+
+@pytest.mark.django_db(databases=BOTH, transaction=True)
+def test_a_workers_ticker_syncs_only_the_schedules_of_its_database():
+    import psycopg
+
+    from django_lonnymq import periodic, schedules
+    from django_lonnymq.management.commands.lonnymq_spark_export import dsn_from_settings
+    from django_lonnymq.models import Schedule
+
+    def target(message):  # a stand-in handler
+        pass
+
+    periodic(every=60, queue="t_record", name="md_on_default")(target)
+    periodic(every=60, queue="t_sleep", name="md_on_other")(target)
+    try:
+        for alias, served in (("other", ["t_sleep"]), ("default", ["t_record"])):
+            with psycopg.connect(
+                dsn_from_settings(connections[alias].settings_dict), autocommit=True
+            ) as conn:
+                schedules.Ticker(served, interval=60, using=alias).run(conn)
+        mine = Schedule.objects.filter(name__startswith="md_on_")
+        assert list(mine.using("other").values_list("name", flat=True)) == ["md_on_other"]
+        assert list(mine.using("default").values_list("name", flat=True)) == ["md_on_default"]
+    finally:
+        schedules.forget("md_on_default")
+        schedules.forget("md_on_other")
