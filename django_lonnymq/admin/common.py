@@ -272,7 +272,7 @@ class DatabaseFilter(admin.SimpleListFilter):
         aliases = queue_databases()
         return [(alias, alias) for alias in aliases] if len(aliases) > 1 else []
 
-    def choices(self, changelist: Any) -> Iterator[dict[str, Any]]:
+    def choices(self, changelist: Any) -> Iterator[Any]:
         current = self.value() or queue_databases()[0]
         for lookup, title in self.lookup_choices:
             yield {

@@ -33,7 +33,8 @@ def listed(client: Client, url: str) -> list[int]:
 def test_the_message_list_shows_one_database_at_a_time(admin_client: Client):
     here = enqueue("t_admin", {"n": 1})
     there = enqueue("t_noop", {"n": 2})
-    assert listed(admin_client, MESSAGES) == [here]
+    assert listed(admin_client, MESSAGES + "?queue=t_admin") == [here]
+    assert listed(admin_client, MESSAGES + "?queue=t_noop") == []
     assert listed(admin_client, MESSAGES + "?database=other") == [there]
     assert listed(admin_client, MESSAGES + "?database=other&queue=t_noop") == [there]
     page = admin_client.get(MESSAGES).content.decode()
@@ -80,7 +81,8 @@ def test_the_dashboard_shows_the_chosen_database(admin_client: Client):
     enqueue("t_noop", {"n": 2})
     default = admin_client.get(CHANNELS + "dashboard/")
     other = admin_client.get(CHANNELS + "dashboard/?database=other")
-    assert [row["sample"].queue for row in default.context["queues"]] == ["t_admin"]
+    shown = {row["sample"].queue for row in default.context["queues"]}
+    assert "t_admin" in shown and "t_noop" not in shown
     assert [row["sample"].queue for row in other.context["queues"]] == ["t_noop"]
     assert 'id="lq-databases"' in other.content.decode()
     # Pausing from the dashboard reaches the queue's database, and comes back to it.
@@ -95,3 +97,26 @@ def test_with_one_database_no_filter_shows(admin_client: Client, settings):
     page = admin_client.get(MESSAGES).content.decode()
     assert "By database" not in page
     assert 'id="lq-databases"' not in admin_client.get(CHANNELS + "dashboard/").content.decode()
+
+
+def test_subscriptions_schedules_and_workers_pages_follow_the_mapping(admin_client: Client):
+    from django_lonnymq.models import Schedule, Subscription
+
+    response = admin_client.post(
+        "/admin/django_lonnymq/subscription/add/", {"topic": "invoices.paid", "queue": "t_noop"}
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    added = Subscription.objects.using("other").get(topic="invoices.paid")
+    assert added.queue == "t_noop"
+    assert not Subscription.objects.using("default").filter(topic="invoices.paid").exists()
+    assert listed(admin_client, "/admin/django_lonnymq/subscription/?database=other") == [added.pk]
+    assert listed(admin_client, "/admin/django_lonnymq/subscription/") == []
+    response = admin_client.post(
+        "/admin/django_lonnymq/schedule/add/",
+        {"name": "md_nightly", "queue": "t_noop", "channel": "default", "every_seconds": "60", "timezone": "UTC",
+         "payload": "null", "catch_up": "1", "enabled": "on"},
+    )  # fmt: skip
+    assert response.status_code == 302, response.content.decode()[:3000]
+    assert Schedule.objects.using("other").filter(name="md_nightly").exists()
+    assert not Schedule.objects.using("default").filter(name="md_nightly").exists()
+    assert admin_client.get("/admin/django_lonnymq/worker/?database=other").status_code == 200

@@ -253,7 +253,7 @@ def test_stats_health_and_metrics_cover_every_database():
         if family.name == "lonnymq_ready_messages"
         for sample in family.samples
     }
-    assert ready == {"t_noop": 1, "t_record": 1}
+    assert {queue: ready[queue] for queue in ("t_noop", "t_record")} == {"t_noop": 1, "t_record": 1}
 
 
 # ---------------------------------------------------------------------------------------
@@ -284,6 +284,16 @@ def test_testing_drain_follows_the_mapping(recording):
     enqueue("t_record", {"n": 1})
     assert testing.drain().acked == 2
     assert on("other", "t_sleep") == [] and on("default", "t_record") == []
+
+
+def test_a_worker_runs_on_its_queues_database():
+    from django_lonnymq.worker import Worker
+
+    assert Worker(["t_noop"]).using == "other"
+    assert Worker(["t_record"]).using == "default"
+    assert Worker(["t_noop", "t_record"], using="default").using == "default"
+    with pytest.raises(InvalidArgument, match="several databases"):
+        Worker(["t_noop", "t_record"])
 
 
 def test_a_worker_group_refuses_max_messages_and_one_database():

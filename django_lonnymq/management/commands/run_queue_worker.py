@@ -16,7 +16,7 @@ from django_lonnymq.bounds import MAX_INTERVAL, MAX_LEASE
 from django_lonnymq.conf import settings
 from django_lonnymq.exceptions import InvalidArgument, NoHandler, SchemaMissing
 from django_lonnymq.registry import autodiscover
-from django_lonnymq.routing import by_database
+from django_lonnymq.routing import by_database, databases_of
 from django_lonnymq.topics import sync_declared_subscriptions
 from django_lonnymq.worker import Worker, WorkerGroup
 
@@ -82,7 +82,11 @@ def with_task_queues(queues: list[str], database: str | None) -> list[str]:
 
     try:
         existing = sorted(
-            set(Channel.objects.using(database or settings.DATABASE).values_list("queue", flat=True))
+            {
+                queue
+                for alias in databases_of(database)
+                for queue in Channel.objects.using(alias).values_list("queue", flat=True).distinct()
+            }
         )
         expanded = all_task_queues(existing)
     except (ImproperlyConfigured, ImportError) as exc:  # no Django Tasks in this project
