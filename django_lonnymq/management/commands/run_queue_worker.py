@@ -227,21 +227,16 @@ class Command(BaseCommand):
             raise CommandError("--lease must be between 1s and 24h")
         check_database(options["database"])
         logs.configure_console()
+        self._require(options["database"] or settings.DATABASE)
+        autodiscover()
         queues = options["queues"]
         if ALL_TASK_QUEUES in queues:
             queues = with_task_queues(queues, options["database"])
         # Each queue's database (LONNYMQ_QUEUE_DATABASES) unless --database names one for all.
         by_database = by_database_of(queues, options["database"])
         for alias in by_database:
-            try:
-                installed.require(alias)
-            except SchemaMissing as exc:
-                raise CommandError(str(exc)) from exc
-            except DatabaseError:
-                pass  # unreachable now: the worker retries its connection, and says so
-            finally:
-                connections[alias].close()
-        autodiscover()
+            if alias != (options["database"] or settings.DATABASE):
+                self._require(alias)
         sync_declared_subscriptions(self, options["database"])
         worker_options = {
             "concurrency": options["concurrency"],
@@ -285,6 +280,18 @@ class Command(BaseCommand):
             # restarts it; its leases come back to the queue.
             self.stdout.flush()
             raise SystemExit(worker.exit_code)
+
+    @staticmethod
+    def _require(alias: str) -> None:
+        """Refuse to start on a database that lacks a migration of the app."""
+        try:
+            installed.require(alias)
+        except SchemaMissing as exc:
+            raise CommandError(str(exc)) from exc
+        except DatabaseError:
+            pass  # unreachable now: the worker retries its connection, and says so
+        finally:
+            connections[alias].close()
 
     @staticmethod
     def _serve_metrics(worker: Worker | WorkerGroup, port: int | None, address: str) -> str | None:
