@@ -25,6 +25,7 @@ __all__ = [
     "periodic",
     "publish",
     "publish_many",
+    "queue_database",
     "subscribe",
 ]
 
@@ -44,6 +45,7 @@ _PUBLIC = {
     "publish_many": "topics",
     "subscribe": "topics",
     "periodic": "schedules",
+    "queue_database": "routing",
 }
 
 if TYPE_CHECKING:
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
     from .exceptions import Discard, Retry, Snooze
     from .message import Message
     from .registry import handler
+    from .routing import queue_database
     from .schedules import periodic
     from .topics import Event, publish, publish_many, subscribe
 

@@ -2,6 +2,11 @@
 
 Enqueue runs on the caller's connection, so inside ``transaction.atomic()`` the message
 commits or rolls back with the caller's rows.
+
+A call that names a queue runs on that queue's database (``LONNYMQ_QUEUE_DATABASES``, see
+:mod:`.routing`) unless the caller passes ``using=``. Calls that take message or channel ids
+(cancel, run_now, requeue_dead, purge...) name no queue, and ids are numbered per database:
+they run on ``using`` (default ``LONNYMQ_DATABASE``); pass ``using=queue_database(queue)``.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from .conf import enqueue_params, settings
 from .durations import duration_ms
 from .exceptions import InvalidArgument
 from .rates import Rate
+from .routing import queue_database
 
 _UNSET: Any = object()
 
@@ -67,9 +73,11 @@ def enqueue(
     ``"skip"`` returns the key's message id and writes nothing, ``"replace"`` (debounce)
     gives the key's waiting message this payload and run time, ``"update"`` (throttle) this
     payload only; a key whose message runs or has finished gets one new waiting message.
-    Returns the id of the message created or changed (docs/flow-control.md).
+    Returns the id of the message created or changed (docs/flow-control.md). Without
+    ``using`` it runs on the queue's database (``LONNYMQ_QUEUE_DATABASES``, docs/scaling.md).
     """
     arguments.queue(queue)
+    using = queue_database(queue, using)
     arguments.channel(channel)
     priority = arguments.integer("priority", priority, 0, bounds.MAX_PRIORITY)
     run_at_ms, delay_ms = arguments.when(run_at, delay, priority)
@@ -96,7 +104,7 @@ def enqueue(
             message_id = int(db.value("enqueue_traced", {**params, "context": traced.context}, using=using))
         traced([message_id])
     if eager.enabled():
-        eager.after_enqueue(queue, [message_id], db.alias(using))
+        eager.after_enqueue(queue, [message_id], using)
     return message_id
 
 
@@ -117,14 +125,15 @@ def enqueue_many(
     Each item is an :class:`Item` or a bare payload (which takes the keyword defaults).
     Returns the ids in input order. All or nothing: one bad item fails the whole call.
     ``on_duplicate`` is the mode of the items that set a ``dedup_key`` and no mode of their
-    own; items of one key apply in input order, as that many :func:`enqueue` calls would.
+    own; items of one key apply in input order, as that many :func:`enqueue` calls would. One
+    queue, so one database: the queue's (``LONNYMQ_QUEUE_DATABASES``) unless ``using``.
     """
     arguments.queue(queue)
     arguments.channel(channel)
     if not isinstance(on_duplicate, str) or on_duplicate not in arguments.ON_DUPLICATE:
         raise InvalidArgument("on_duplicate", "must be skip, replace or update", on_duplicate)
     arguments.collection("items", items, "items")
-    db.alias(using)
+    using = queue_database(queue, using)
     default_attempts = _max_attempts("max_attempts", max_attempts)
     channels: list[str] = []
     payloads: list[str] = []
@@ -188,7 +197,7 @@ def enqueue_many(
             ids = [int(i) for i in db.value("enqueue_many_traced", traced_params, using=using, arrays=True)]
         traced(ids)
     if eager.enabled():
-        eager.after_enqueue(queue, ids, db.alias(using))
+        eager.after_enqueue(queue, ids, using)
     return ids
 
 
@@ -251,7 +260,7 @@ def configure_channel(
         "rate_burst": bucket.burst if bucket else None,
         "no_rate": rate is None,
     }
-    return int(db.value("configure_channel", params, using=using))
+    return int(db.value("configure_channel", params, using=queue_database(queue, using)))
 
 
 def configure_queue(
@@ -284,7 +293,7 @@ def configure_queue(
         "rate_burst": bucket.burst if bucket else None,
         "no_rate": rate is None,
     }
-    return bool(db.value("configure_queue", params, using=using))
+    return bool(db.value("configure_queue", params, using=queue_database(queue, using)))
 
 
 def pause_queue(queue: str, *, using: str | None = None) -> bool:
@@ -296,13 +305,15 @@ def pause_queue(queue: str, *, using: str | None = None) -> bool:
     :class:`~django_lonnymq.exceptions.InvalidArgument`). Returns whether it was running.
     """
     arguments.queue(queue)
-    return bool(db.value("pause_queue", {"queue": queue, "paused": True}, using=using))
+    return bool(db.value("pause_queue", {"queue": queue, "paused": True}, using=queue_database(queue, using)))
 
 
 def resume_queue(queue: str, *, using: str | None = None) -> bool:
     """Resume a paused queue (idle workers are woken). Returns whether it was paused."""
     arguments.queue(queue)
-    return bool(db.value("pause_queue", {"queue": queue, "paused": False}, using=using))
+    return bool(
+        db.value("pause_queue", {"queue": queue, "paused": False}, using=queue_database(queue, using))
+    )
 
 
 def requeue_dead(ids: Iterable[int], *, reset_attempts: bool = True, using: str | None = None) -> list[int]:

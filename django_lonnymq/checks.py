@@ -1,4 +1,4 @@
-"""System checks, ids ``lonnymq.E00x`` / ``lonnymq.E1x0``-``E2x0`` / ``lonnymq.W210`` (one test each in tests/unit/test_checks.py)."""
+"""System checks, ids ``lonnymq.E00x`` / ``lonnymq.E1x0``-``E2x0`` (``E250``: queue databases) / ``lonnymq.W210`` (one test each in tests/unit/test_checks.py)."""
 
 from __future__ import annotations
 
@@ -49,6 +49,21 @@ def check_database(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             )
         ]
     return []
+
+
+@register(Tags.compatibility)
+def check_queue_databases(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """E250: LONNYMQ_QUEUE_DATABASES maps queue names to PostgreSQL aliases of DATABASES."""
+    from .routing import mapping_problems
+
+    return [
+        Error(
+            f"LONNYMQ_QUEUE_DATABASES {problem}.",
+            hint='Map queue names to aliases of DATABASES, e.g. {"reports": "analytics"} (docs/scaling.md).',
+            id="lonnymq.E250",
+        )
+        for problem in mapping_problems(settings.QUEUE_DATABASES)
+    ]
 
 
 @register(Tags.compatibility)
@@ -142,7 +157,8 @@ def check_worker_heartbeat(app_configs: Any = None, **kwargs: Any) -> list[Error
 def check_schema_installed(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
 ) -> list[CheckWarning]:
-    """W210: the queue's database has every migration of the app (its tables and functions).
+    """W210: each database that holds queues (``LONNYMQ_DATABASE`` and every alias of
+    ``LONNYMQ_QUEUE_DATABASES``) has every migration of the app (its tables and functions).
 
     A warning, not an error: ``migrate`` runs the database checks before it migrates, and an
     error would stop the very command that fixes it. ``run_queue_worker`` refuses to start
@@ -150,23 +166,30 @@ def check_schema_installed(
     """
     from .exceptions import SchemaMissing
     from .installed import require
+    from .routing import queue_databases
 
-    alias = settings.DATABASE
-    if not databases or alias not in databases or alias not in connections.settings:
+    if not databases:
         return []
-    if connections[alias].vendor != "postgresql":
-        return []  # E001 says so
     if _migrating():
         return []  # migrate is the fix, running: "run migrate" would only confuse
     if _configuration_errors():
         return []  # migrate stops on those errors: "run migrate" cannot succeed before they are fixed
-    try:
-        require(alias)
-    except SchemaMissing as exc:
-        return [CheckWarning(str(exc), hint="Run `python manage.py migrate`.", id="lonnymq.W210")]
-    except DatabaseError:
-        return []  # unreachable: the commands that need it say so when they connect
-    return []
+    warnings: list[CheckWarning] = []
+    for alias in queue_databases():
+        if alias not in databases or alias not in connections.settings:
+            continue
+        if connections[alias].vendor != "postgresql":
+            continue  # E001 / E250 say so
+        try:
+            require(alias)
+        except SchemaMissing as exc:
+            command = "migrate" if alias == "default" else f"migrate --database {alias}"
+            warnings.append(
+                CheckWarning(str(exc), hint=f"Run `python manage.py {command}`.", id="lonnymq.W210")
+            )
+        except DatabaseError:
+            continue  # unreachable: the commands that need it say so when they connect
+    return warnings
 
 
 @register(Tags.compatibility)
@@ -324,8 +347,8 @@ def _migrating() -> bool:
 def _configuration_errors() -> bool:
     """Whether the app's own checks (settings, and its Django Tasks backends: E005, E190...)
     report an error: ``migrate`` runs the checks first and stops on any error."""
-    own = (check_database, check_settings, check_handler_modules, check_worker_heartbeat, check_sampling,
-           check_handler_timeout, check_health, check_channel_idle_prune)  # fmt: skip
+    own = (check_database, check_queue_databases, check_settings, check_handler_modules, check_worker_heartbeat,
+           check_sampling, check_handler_timeout, check_health, check_channel_idle_prune)  # fmt: skip
     if any(check() for check in own):
         return True
     try:

@@ -20,6 +20,8 @@ PREFIX = "LONNYMQ_"
 DEFAULTS: dict[str, Any] = {
     # Database alias the worker and the default ``using=`` run on.
     "DATABASE": "default",
+    # Queues that live on another database alias: {"reports": "analytics"} (django_lonnymq.routing).
+    "QUEUE_DATABASES": {},
     # Deliveries before a failing message goes to the dead-letter table.
     "MAX_ATTEMPTS": 5,
     # A priority of p acts as "enqueued p steps earlier".

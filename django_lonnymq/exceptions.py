@@ -126,8 +126,11 @@ class SchemaMissing(LonnyMQError):
         self.detail = detail
         self.database = database
         where = f" in database {database!r}" if database else ""
+        hint = self.HINT
+        if database and database != "default":  # the other aliases are migrated one by one
+            hint = f"run `python manage.py migrate --database {database}`"
         super().__init__(
-            f"django-lonnymq's tables or functions are missing or out of date{where} ({detail}): {self.HINT}"
+            f"django-lonnymq's tables or functions are missing or out of date{where} ({detail}): {hint}"
         )
 
 

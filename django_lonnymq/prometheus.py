@@ -5,16 +5,19 @@ holds (one scrape from any web process answers for every queue). Needs the ``met
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
 from .alarms import live_workers, paused_queues
 from .models import QueueSample
+from .routing import databases_of
 
 
 class QueueCollector:
-    """A prometheus-client collector of every queue's live figures (one SQL call per scrape)."""
+    """A prometheus-client collector of every queue's live figures (one SQL call per scrape and
+    database that holds queues)."""
 
     GAUGES = [
         ("lonnymq_ready_messages", "Messages ready to be released now (paused channels apart).", "ready"),
@@ -35,12 +38,19 @@ class QueueCollector:
     ]
 
     def __init__(self, using: str | None = None):
+        """``using``: one database; None: every database that holds queues (one call each)."""
         self.using = using
 
     def collect(self) -> Any:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        samples = QueueSample.live(using=self.using)
+        aliases = databases_of(self.using)
+        samples = [sample for alias in aliases for sample in QueueSample.live(using=alias)]
+        live: Counter[str] = Counter()
+        paused: set[str] = set()
+        for alias in aliases:
+            live.update(live_workers(alias))
+            paused |= paused_queues(alias)
         for name, documentation, attr in self.GAUGES:
             gauge = GaugeMetricFamily(name, documentation, labels=["queue"])
             for sample in samples:
@@ -55,7 +65,6 @@ class QueueCollector:
         for sample in samples:
             age.add_metric([sample.queue], sample.oldest_ready_seconds or 0.0)
         yield age
-        live = live_workers(self.using)
         workers = GaugeMetricFamily(
             "lonnymq_live_workers",
             "Live workers serving the queue (not stopped, heard from within LONNYMQ_WORKER_LOST_AFTER).",
@@ -64,7 +73,6 @@ class QueueCollector:
         for queue in sorted({sample.queue for sample in samples} | set(live)):
             workers.add_metric([queue], live.get(queue, 0))
         yield workers
-        paused = paused_queues(self.using)
         queue_paused = GaugeMetricFamily(
             "lonnymq_queue_paused",
             "1 while the whole queue is paused (api.pause_queue): workers take nothing from it.",

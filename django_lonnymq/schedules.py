@@ -590,8 +590,13 @@ class Ticker:
     :data:`CRON_CHECK_SECONDS`), so the worker's heartbeat and signals are never held up long.
     """
 
-    def __init__(self, queues: Sequence[str], *, interval: float, budget: float = TICK_BUDGET):
+    def __init__(
+        self, queues: Sequence[str], *, interval: float, budget: float = TICK_BUDGET, using: str | None = None
+    ):
+        """``using``: the worker's database; with queues on several (LONNYMQ_QUEUE_DATABASES)
+        it syncs only the schedules of the queues that live there (or that it serves)."""
         self.queues = list(queues)
+        self.using = using
         self.interval = interval
         self.budget = budget
         self.synced = False
@@ -623,6 +628,14 @@ class Ticker:
         self._backoff = 0.0
         self._next_at = now if more else now + self.interval
 
+    def _here(self) -> list[Declaration] | None:
+        """The declarations this worker's database holds (None: all, with one database)."""
+        if self.using is None or not settings.QUEUE_DATABASES:
+            return None
+        from .routing import queue_database
+
+        return [d for d in declarations() if d.queue in self.queues or queue_database(d.queue) == self.using]
+
     def _sync(self, conn: Any) -> None:
         if not _discovered:
             # Without the handler modules imported, "not declared" means nothing: never delete.
@@ -631,7 +644,7 @@ class Ticker:
                 self._warned = True
             self.synced = True
             return
-        result = sync(conn, queues=self.queues)
+        result = sync(conn, self._here(), queues=self.queues)
         self.synced = True
         logger.info(
             "periodic schedules synced: %d declared (%d added, %d changed, %d removed)",

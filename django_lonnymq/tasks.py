@@ -41,7 +41,7 @@ from typing import Any, NoReturn
 from django.db import connections
 from django.utils import timezone
 
-from . import arguments, bounds, db
+from . import arguments, bounds, db, routing
 from .conf import enqueue_params
 from .conf import settings as lonnymq_settings
 from .exceptions import Discard, LonnyMQError, PayloadError, Snooze, UnknownTask, WorkerInterrupted
@@ -117,9 +117,20 @@ class LonnyMQBackend(BaseTaskBackend):
         super().__init__(alias, params)
         self.default_channel: str = self.options.get("DEFAULT_CHANNEL", "default")
         self.channel_kwarg: str | None = self.options.get("CHANNEL_KWARG")
-        self.database: str = self.options.get("DATABASE", lonnymq_settings.DATABASE)
+        # OPTIONS["DATABASE"] puts every task queue on that alias; without it each task queue
+        # lives where LONNYMQ_QUEUE_DATABASES puts it (default: LONNYMQ_DATABASE).
+        self.database_option: str | None = self.options.get("DATABASE")
+        self.database: str = self.database_option or lonnymq_settings.DATABASE
         self.max_attempts: int | None = self.options.get("MAX_ATTEMPTS")
         self.task_modules: list[str] = list(self.options.get("TASK_MODULES", []))
+
+    def database_for(self, queue_name: str) -> str:
+        """The database alias of a task queue: its messages and results live there."""
+        return routing.queue_database(queue_name, self.database_option)
+
+    def databases(self) -> list[str]:
+        """Every alias this backend's results may live on."""
+        return routing.databases_of(self.database_option)
 
     # -- validation --------------------------------------------------------------------
 
@@ -193,9 +204,10 @@ class LonnyMQBackend(BaseTaskBackend):
             "enqueued_at": now,
             **enqueue_params(),
         }
-        message_id = int(db.value("enqueue_task", params, using=self.database))
+        database = self.database_for(task.queue_name)
+        message_id = int(db.value("enqueue_task", params, using=database))
         if eager.enabled():
-            eager.after_enqueue(task.queue_name, [message_id], self.database)
+            eager.after_enqueue(task.queue_name, [message_id], database)
         _task_signals.task_enqueued.send(type(self), task_result=result)
         return result
 
@@ -208,10 +220,12 @@ class LonnyMQBackend(BaseTaskBackend):
 
         if not isinstance(result_id, str):
             raise TaskResultDoesNotExist(f"task result ids are strings, got {result_id!r}")
-        try:
-            record = TaskResultRecord.objects.using(self.database).get(id=result_id, backend=self.alias)
-        except TaskResultRecord.DoesNotExist:
-            raise TaskResultDoesNotExist(result_id) from None
+        for database in self.databases():  # ids are UUIDs: one database at most has it
+            record = TaskResultRecord.objects.using(database).filter(id=result_id, backend=self.alias).first()
+            if record is not None:
+                break
+        else:
+            raise TaskResultDoesNotExist(result_id)
         try:
             task = find_task(record.task_path, self)
         except UnknownTask as exc:
@@ -476,7 +490,9 @@ def _record_for(message: Message, payload: dict[str, Any], backend: LonnyMQBacke
     from .models import TaskResultRecord
 
     alias = payload.get("backend", DEFAULT_TASK_BACKEND_ALIAS)
-    database = backend.database if backend is not None else lonnymq_settings.DATABASE
+    database = (
+        backend.database_for(message.queue) if backend is not None else routing.queue_database(message.queue)
+    )
     rows = TaskResultRecord.objects.using(database).filter(
         id=payload["result_id"], backend=str(alias), task_path=payload["task"]
     )

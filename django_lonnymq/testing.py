@@ -11,8 +11,9 @@ enqueue commits, which in a ``TestCase`` is at once (:mod:`django_lonnymq.eager`
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +23,7 @@ from . import eager as _eager
 from .conf import settings
 from .models import Message
 from .registry import autodiscover
+from .routing import by_database, databases_of, queue_database
 from .worker import Stats, Worker
 
 
@@ -34,31 +36,42 @@ def drain(
     cannot see messages enqueued there; use :func:`eager` in such tests.
     """
     autodiscover()
-    alias = using or settings.DATABASE
-    if connections[alias].in_atomic_block:
-        warnings.warn(
-            "drain() runs inside a transaction (a TestCase?): the worker's own connection cannot "
-            "see the messages enqueued in it, so it will not run them. Use "
-            "django_lonnymq.testing.eager() (or LONNYMQ_EAGER = True), or a test with "
-            "transaction=True.",
-            RuntimeWarning,
-            stacklevel=2,
+    if queues:
+        groups = by_database(queues, using)
+    else:
+        groups = {
+            alias: sorted(set(Message.objects.using(alias).values_list("channel__queue", flat=True)))
+            for alias in databases_of(using)
+        }
+    total = Stats()
+    for alias, names in groups.items():  # queues on several databases: one after another
+        if connections[alias].in_atomic_block:
+            warnings.warn(
+                "drain() runs inside a transaction (a TestCase?): the worker's own connection cannot "
+                "see the messages enqueued in it, so it will not run them. Use "
+                "django_lonnymq.testing.eager() (or LONNYMQ_EAGER = True), or a test with "
+                "transaction=True.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        if not names:
+            continue
+        worker = Worker(
+            list(names),
+            concurrency=concurrency,
+            batch_size=batch_size,
+            burst=True,
+            using=alias,
+            shutdown_timeout=5,
+            housekeeping=False,
         )
-    names: Sequence[str] = queues or sorted(
-        set(Message.objects.using(using or settings.DATABASE).values_list("channel__queue", flat=True))
-    )
-    if not names:
-        return Stats()
-    worker = Worker(
-        list(names),
-        concurrency=concurrency,
-        batch_size=batch_size,
-        burst=True,
-        using=using,
-        shutdown_timeout=5,
-        housekeeping=False,
-    )
-    return worker.run()
+        stats = worker.run()
+        if len(groups) == 1:
+            return stats
+        for field in fields(Stats):
+            if field.name != "started_at":
+                setattr(total, field.name, getattr(total, field.name) + getattr(stats, field.name))
+    return total
 
 
 @contextmanager
@@ -72,7 +85,7 @@ def eager() -> Iterator[None]:
 def enqueued(queue: str, *, channel: str | None = None, using: str | None = None) -> list[Message]:
     """Messages waiting or in flight in ``queue`` (optionally one channel), oldest first."""
     rows = (
-        Message.objects.using(using or settings.DATABASE)
+        Message.objects.using(queue_database(queue, using))
         .select_related("channel")
         .filter(channel__queue=queue)
     )

@@ -13,6 +13,13 @@ Subscriptions are rows: created in the admin, or declared in code with :func:`su
 an app's ``handlers.py``, beside the handler of the queue) and written by every worker when it
 starts (:func:`sync_subscriptions`); a declaration removed from the code leaves its row, which
 the admin deletes.
+
+Several databases (``LONNYMQ_QUEUE_DATABASES``): a topic has no home of its own. A
+subscription row lives with its queue, on the queue's database, so each database fans an event
+out to the groups it holds. Without ``using=``, a publish runs on every database that has a
+subscription to the topic (one call each, on that alias's connection and transaction), and on
+``LONNYMQ_DATABASE`` alone (counted unrouted there) when none has. With one database, that is
+one call, as always. docs/scaling.md.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from . import arguments, bounds, db, eager
+from . import arguments, bounds, db, eager, routing
 from .conf import enqueue_params, settings
 from .exceptions import InvalidArgument
 
@@ -64,12 +71,15 @@ def unsubscribe_declared(topic: str, queue: str) -> None:
 
 
 def sync_subscriptions(*, using: str | None = None) -> int:
-    """Write the declared subscriptions that are missing; returns how many were created."""
+    """Write the declared subscriptions that are missing, each on its queue's database (all on
+    ``using`` when given); returns how many were created."""
     pairs = declared()
-    if not pairs:
-        return 0
-    params = {"topics": [t for t, _ in pairs], "queues": [q for _, q in pairs]}
-    return int(db.value("subscribe", params, using=using))
+    created = 0
+    for alias, queues in routing.by_database([q for _, q in pairs], using).items():
+        mine = [(t, q) for t, q in pairs if q in queues]
+        params = {"topics": [t for t, _ in mine], "queues": [q for _, q in mine]}
+        created += int(db.value("subscribe", params, using=alias))
+    return created
 
 
 def publish(
@@ -117,7 +127,7 @@ def publish_many(
         events, Iterable
     ):
         raise InvalidArgument("events", "must be a list, tuple or iterator of events", type(events).__name__)
-    alias = db.alias(using)
+    aliases = routing.databases_of(using)
     if key is not None:
         arguments.channel(key, "key")
     keys: list[str | None] = []
@@ -156,11 +166,25 @@ def publish_many(
         "default_max_attempts": attempts,
         **enqueue_params(),
     }
-    rows = db.rows("publish", params, using=alias, arrays=True)
-    if eager.enabled():
-        for queue, ids in rows:
-            eager.after_enqueue(queue, list(ids), alias)
+    if len(aliases) > 1:
+        aliases = _subscribed(topic, aliases) or aliases[:1]
+    rows = []
+    for alias in aliases:
+        found = db.rows("publish", params, using=alias, arrays=True)
+        if eager.enabled():
+            for queue, ids in found:
+                eager.after_enqueue(queue, list(ids), alias)
+        rows.extend(found)
+    if len(aliases) > 1:
+        rows.sort(key=lambda row: row[0])  # queue-name order across databases too
     return [[int(ids[index]) for _, ids in rows] for index in range(len(payloads))]
+
+
+def _subscribed(topic: str, aliases: list[str]) -> list[str]:
+    """The databases among ``aliases`` that hold a subscription to ``topic``."""
+    from .models import Subscription
+
+    return [alias for alias in aliases if Subscription.objects.using(alias).filter(topic=topic).exists()]
 
 
 def sync_declared_subscriptions(command: Any, using: str | None) -> None:
@@ -178,6 +202,7 @@ def sync_declared_subscriptions(command: Any, using: str | None) -> None:
         )
         return
     finally:
-        connections[db.alias(using)].close()  # the worker opens its own connections
+        for alias in routing.databases_of(using):
+            connections[alias].close()  # the worker opens its own connections
     if created:
         command.stdout.write(f"created {created} declared subscription(s)")

@@ -18,7 +18,6 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
-from django.db import router
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -30,7 +29,18 @@ from .. import api, bounds, db
 from ..conf import settings
 from ..models import Channel, Message
 from . import dashboard
-from .common import COUNT_CAP, RateField, count_text, has_perm, now_ms, rate_text, when
+from .common import (
+    COUNT_CAP,
+    DatabaseAdmin,
+    RateField,
+    count_text,
+    has_perm,
+    now_ms,
+    queue_write_database,
+    rate_text,
+    when,
+    write_database,
+)
 
 # Where a channel instance carries its counts on the changelist and change pages.
 COUNTS_ATTR = "lq_counts"
@@ -129,7 +139,7 @@ class ChannelListForm(ChannelForm):
 
 
 @admin.register(Channel)
-class ChannelAdmin(admin.ModelAdmin):
+class ChannelAdmin(DatabaseAdmin):
     form = ChannelForm
     # Fits 1366 px beside the admin's sidebar: the rate, the last release and the creation
     # time are on the change page; a paused channel says so in its name's cell.
@@ -299,7 +309,7 @@ class ChannelAdmin(admin.ModelAdmin):
             changes["rate"] = form.cleaned_data["rate"]
         if change and not changes:
             return
-        using = router.db_for_write(Channel)
+        using = queue_write_database(obj.queue, Channel)
         obj.pk = api.configure_channel(obj.queue, obj.name, using=using, **changes)
         obj.refresh_from_db(using=using)
         obj._state.adding = False
@@ -337,7 +347,7 @@ class ChannelAdmin(admin.ModelAdmin):
         )
 
     def delete_model(self, request: HttpRequest, obj: Channel) -> None:
-        outcome = api.delete_channel(obj.pk, using=obj._state.db or router.db_for_write(Channel))
+        outcome = api.delete_channel(obj.pk, using=obj._state.db or write_database(request, Channel))
         if outcome not in ("deleted", "missing"):
             # The delete view runs in a transaction: raising rolls back its log entry too.
             raise PermissionDenied(f"channel {obj} was not deleted: {outcome.replace('_', ' ')}")
@@ -352,7 +362,7 @@ class ChannelAdmin(admin.ModelAdmin):
         return self.has_change_permission(request) and has_perm(request, Message, "delete")
 
     def _set_paused(self, request: HttpRequest, queryset: QuerySet[Channel], paused: bool) -> None:
-        using = router.db_for_write(Channel)
+        using = write_database(request, queryset)
         done = 0
         for channel in queryset.order_by("pk"):
             api.configure_channel(channel.queue, channel.name, paused=paused, using=using)
@@ -375,7 +385,7 @@ class ChannelAdmin(admin.ModelAdmin):
     def purge_messages(self, request: HttpRequest, queryset: QuerySet[Channel]) -> HttpResponse | None:
         """Deletes every ready and scheduled message (not those in flight) after a confirmation page."""
         channels = list(queryset.order_by("queue", "name"))
-        using = router.db_for_write(Channel)
+        using = write_database(request, queryset)
         if request.POST.get("post") == "yes":
             purged = 0
             for channel in channels:

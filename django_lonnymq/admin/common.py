@@ -16,8 +16,9 @@ from django import forms
 from django.contrib import admin
 from django.contrib.admin.utils import quote
 from django.core.paginator import Paginator
+from django.db import router
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, QueryDict
 from django.urls import reverse
 from django.utils import formats, timezone
 from django.utils.functional import cached_property
@@ -27,6 +28,7 @@ from .. import db
 from ..exceptions import InvalidArgument
 from ..models import Channel, Message
 from ..rates import Rate
+from ..routing import queue_database, queue_databases
 from ..urlparams import an_id, storable
 
 # Ready and scheduled counts of a channel stop at this many (shown as "10,000+"), and so do
@@ -179,8 +181,9 @@ class EstimatedCountPaginator(Paginator):
 # ---------------------------------------------------------------------------------------
 
 
-def queues() -> list[str]:
-    return list(Channel.objects.order_by("queue").values_list("queue", flat=True).distinct())
+def queues(using: str | None = None) -> list[str]:
+    channels = Channel.objects.using(using) if using else Channel.objects
+    return list(channels.order_by("queue").values_list("queue", flat=True).distinct())
 
 
 def in_channels(queryset: QuerySet[Message], channel_ids: list[int]) -> QuerySet[Message]:
@@ -202,7 +205,7 @@ class QueueFilter(admin.SimpleListFilter):
     parameter_name = "queue"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(queue, queue) for queue in queues()]
+        return [(queue, queue) for queue in queues(read_database(request, Channel))]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
@@ -214,7 +217,87 @@ class QueueFilter(admin.SimpleListFilter):
         return in_channels(queryset, ids)
 
 
-class ReadOnlyQueueAdmin(admin.ModelAdmin):
+# ---------------------------------------------------------------------------------------
+# Several databases (LONNYMQ_QUEUE_DATABASES): a page shows one database at a time, chosen
+# with ?database=<alias> (the filter below); actions and forms run on that database. With one
+# database none of this shows and every page reads and writes as it always did.
+# ---------------------------------------------------------------------------------------
+
+DATABASE_PARAM = "database"
+
+
+def several_databases() -> bool:
+    return len(queue_databases()) > 1
+
+
+def selected_database(request: HttpRequest) -> str:
+    """The database a page shows: ``?database=``, also through a change page's preserved list
+    filters; else ``LONNYMQ_DATABASE``."""
+    aliases = queue_databases()
+    asked = request.GET.get(DATABASE_PARAM)
+    if asked is None:
+        asked = QueryDict(request.GET.get("_changelist_filters", "")).get(DATABASE_PARAM)
+    return asked if asked in aliases else aliases[0]
+
+
+def write_database(request: HttpRequest, queryset_or_model: Any) -> str:
+    """Where an action or a form writes: the page's database when there are several, else
+    the project's router (as always)."""
+    if several_databases():
+        return selected_database(request)
+    model = getattr(queryset_or_model, "model", queryset_or_model)
+    return router.db_for_write(model)
+
+
+def queue_write_database(queue: str, model: Any) -> str:
+    """Where a write that names a queue goes: the queue's database when there are several
+    (``LONNYMQ_QUEUE_DATABASES``), else the project's router (as always)."""
+    if several_databases():
+        return queue_database(queue)
+    return router.db_for_write(model)
+
+
+def read_database(request: HttpRequest, model: Any) -> str:
+    """Where a filter's choices come from: the page's database, else the router's."""
+    return selected_database(request) if several_databases() else router.db_for_read(model)
+
+
+class DatabaseFilter(admin.SimpleListFilter):
+    """The database a list shows (only when queues live on several)."""
+
+    title = "database"
+    parameter_name = DATABASE_PARAM
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        aliases = queue_databases()
+        return [(alias, alias) for alias in aliases] if len(aliases) > 1 else []
+
+    def choices(self, changelist: Any) -> Iterator[Any]:
+        current = self.value() or queue_databases()[0]
+        for lookup, title in self.lookup_choices:
+            yield {
+                "selected": current == lookup,
+                "query_string": changelist.get_query_string({self.parameter_name: lookup}),
+                "display": title,
+            }
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return queryset  # DatabaseAdmin.get_queryset already reads the chosen database
+
+
+class DatabaseAdmin(admin.ModelAdmin):
+    """A list and detail pages of one database at a time when queues live on several."""
+
+    def get_list_filter(self, request: HttpRequest) -> Any:
+        found = tuple(super().get_list_filter(request))
+        return (DatabaseFilter, *found) if several_databases() else found
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        queryset = super().get_queryset(request)
+        return queryset.using(selected_database(request)) if several_databases() else queryset
+
+
+class ReadOnlyQueueAdmin(DatabaseAdmin):
     """Lists and detail pages only: no add, no ORM change or delete; writes are actions."""
 
     paginator = EstimatedCountPaginator

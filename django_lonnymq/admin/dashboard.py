@@ -15,7 +15,6 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db import router
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -34,9 +33,20 @@ from ..figures import (
     throughput,
 )
 from ..models import Channel, DeadMessage, QueueConfig, QueueSample
+from ..routing import queue_databases
 from ..urlparams import storable
 from .charts import backlog_chart, drain_chart, thin, throughput_chart
-from .common import COUNT_CAP, count_text, has_perm, rate_text, when
+from .common import (
+    COUNT_CAP,
+    DATABASE_PARAM,
+    count_text,
+    has_perm,
+    queue_write_database,
+    rate_text,
+    read_database,
+    several_databases,
+    when,
+)
 
 # Dashboard windows (minutes) and the default one.
 WINDOWS = [(15, "15 minutes"), (60, "1 hour"), (360, "6 hours"), (1440, "24 hours")]
@@ -53,7 +63,7 @@ def view(model_admin: admin.ModelAdmin[Any], request: HttpRequest) -> HttpRespon
         return pause_or_resume(request)
     context = {
         **model_admin.admin_site.each_context(request),
-        **dashboard_context(request, using=router.db_for_read(Channel)),
+        **dashboard_context(request, using=read_database(request, Channel)),
         "opts": model_admin.opts,
         "can_pause": may_pause(request),
     }
@@ -76,10 +86,11 @@ def pause_or_resume(request: HttpRequest) -> HttpResponse:
     if action not in ("pause", "resume"):
         raise PermissionDenied
     try:
+        using = queue_write_database(queue, QueueConfig)
         if action == "pause":
-            changed = api.pause_queue(queue, using=router.db_for_write(QueueConfig))
+            changed = api.pause_queue(queue, using=using)
         else:
-            changed = api.resume_queue(queue, using=router.db_for_write(QueueConfig))
+            changed = api.resume_queue(queue, using=using)
     except InvalidArgument as exc:
         messages.error(request, str(exc))
         return HttpResponseRedirect(request.path)
@@ -93,6 +104,8 @@ def pause_or_resume(request: HttpRequest) -> HttpResponse:
     minutes = request.POST.get("minutes")
     if minutes and minutes.isdigit():
         query["minutes"] = minutes
+    if several_databases():
+        query[DATABASE_PARAM] = queue_write_database(queue, QueueConfig)
     return HttpResponseRedirect(f"{request.path}?{urlencode(query)}")
 
 
@@ -167,6 +180,9 @@ def dashboard_context(request: HttpRequest, *, using: str | None = None) -> dict
         "throughput_chart": throughput_chart(drawn),
         "drain_chart": drain_chart(drawn),
         "now": now,
+        # Several databases hold queues: the page shows one (?database=), with links to the others.
+        "databases": queue_databases() if several_databases() else [],
+        "database": alias,
     }
 
 

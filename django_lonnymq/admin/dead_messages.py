@@ -6,14 +6,21 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
-from django.db import router
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from .. import api
 from ..models import Channel, DeadMessage
 from ..urlparams import storable
-from .common import CHANNEL_FILTER_LIMIT, QueueFilter, ReadOnlyQueueAdmin, has_perm, run_in_batches
+from .common import (
+    CHANNEL_FILTER_LIMIT,
+    QueueFilter,
+    ReadOnlyQueueAdmin,
+    has_perm,
+    read_database,
+    run_in_batches,
+    write_database,
+)
 
 
 class DeadQueueFilter(QueueFilter):
@@ -32,7 +39,12 @@ class DeadChannelFilter(admin.SimpleListFilter):
         queue = storable(request.GET.get("queue"))
         if not queue:
             return []
-        names = Channel.objects.filter(queue=queue).order_by("name").values_list("name", flat=True)
+        names = (
+            Channel.objects.using(read_database(request, Channel))
+            .filter(queue=queue)
+            .order_by("name")
+            .values_list("name", flat=True)
+        )
         return [(name, name) for name in names[:CHANNEL_FILTER_LIMIT]]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[DeadMessage]) -> QuerySet[DeadMessage]:
@@ -77,7 +89,7 @@ class DeadMessageAdmin(ReadOnlyQueueAdmin):
         return has_perm(request, DeadMessage, "delete")
 
     def _requeue(self, request: HttpRequest, queryset: QuerySet[DeadMessage], reset: bool) -> None:
-        using = router.db_for_write(DeadMessage)
+        using = write_database(request, queryset)
         requeued = run_in_batches(
             queryset, lambda ids: api.requeue_dead(ids, reset_attempts=reset, using=using)
         )
@@ -94,7 +106,7 @@ class DeadMessageAdmin(ReadOnlyQueueAdmin):
 
     @admin.action(description="Purge (delete for good)", permissions=["purge"])
     def purge(self, request: HttpRequest, queryset: QuerySet[DeadMessage]) -> None:
-        using = router.db_for_write(DeadMessage)
+        using = write_database(request, queryset)
 
         def purge_ids(ids: list[int]) -> list[int]:
             return api.purge_dead(ids, using=using)

@@ -12,13 +12,20 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.db import router
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from .. import api
 from ..models import QueueConfig
-from .common import RateField, now_ms, rate_text, when
+from .common import (
+    DatabaseAdmin,
+    RateField,
+    now_ms,
+    queue_write_database,
+    rate_text,
+    when,
+    write_database,
+)
 
 
 class QueueConfigForm(forms.ModelForm):
@@ -51,7 +58,7 @@ class QueueConfigForm(forms.ModelForm):
 
 
 @admin.register(QueueConfig)
-class QueueConfigAdmin(admin.ModelAdmin):
+class QueueConfigAdmin(DatabaseAdmin):
     form = QueueConfigForm
     list_display = ("queue", "paused", "cap", "rate_display", "in_flight_now", "next_token")
     list_filter = ("paused",)
@@ -95,7 +102,7 @@ class QueueConfigAdmin(admin.ModelAdmin):
             changes["rate"] = form.cleaned_data["rate"]
         if change and not changes:
             return
-        using = router.db_for_write(QueueConfig)
+        using = queue_write_database(obj.queue, QueueConfig)
         api.configure_queue(obj.queue, using=using, **changes)
         obj.refresh_from_db(using=using)
         obj._state.adding = False
@@ -105,7 +112,7 @@ class QueueConfigAdmin(admin.ModelAdmin):
 
     def delete_model(self, request: HttpRequest, obj: QueueConfig) -> None:
         api.configure_queue(
-            obj.queue, max_concurrency=None, rate=None, using=router.db_for_write(QueueConfig)
+            obj.queue, max_concurrency=None, rate=None, using=queue_write_database(obj.queue, QueueConfig)
         )
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[QueueConfig]) -> None:
@@ -116,7 +123,7 @@ class QueueConfigAdmin(admin.ModelAdmin):
 
     def _set_paused(self, request: HttpRequest, queryset: QuerySet[QueueConfig], paused: bool) -> None:
         """``api.pause_queue`` / ``api.resume_queue`` per selected queue; says which changed."""
-        using = router.db_for_write(QueueConfig)
+        using = write_database(request, queryset)
         change = api.pause_queue if paused else api.resume_queue
         changed: list[str] = []
         unchanged: list[str] = []

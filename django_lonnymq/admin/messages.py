@@ -10,7 +10,6 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
-from django.db import router
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
@@ -25,8 +24,10 @@ from .common import (
     has_perm,
     in_channels,
     leased_by_link,
+    read_database,
     run_in_batches,
     when,
+    write_database,
 )
 
 
@@ -38,7 +39,7 @@ class ChannelFilter(admin.SimpleListFilter):
     parameter_name = "channel"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        channels = Channel.objects.order_by("queue", "name")
+        channels = Channel.objects.using(read_database(request, Channel)).order_by("queue", "name")
         queue = storable(request.GET.get("queue"))
         if queue:
             channels = channels.filter(queue=queue)
@@ -142,7 +143,7 @@ class MessageAdmin(ReadOnlyQueueAdmin):
 
     @admin.action(description="Run now (make scheduled or backed-off messages ready)", permissions=["change"])
     def run_now(self, request: HttpRequest, queryset: QuerySet[Message]) -> None:
-        using = router.db_for_write(Message)
+        using = write_database(request, queryset)
         moved = run_in_batches(queryset, lambda ids: api.run_now(ids, using=using))
         self.message_user(
             request,
@@ -151,7 +152,7 @@ class MessageAdmin(ReadOnlyQueueAdmin):
 
     @admin.action(description="Cancel (delete waiting messages, stop running ones)", permissions=["cancel"])
     def cancel(self, request: HttpRequest, queryset: QuerySet[Message]) -> None:
-        using = router.db_for_write(Message)
+        using = write_database(request, queryset)
         # missing_ok: a message that finished since the page was shown is no error here.
         rows = [
             row for ids in batches(queryset) for row in api.cancel_rows(ids, missing_ok=True, using=using)

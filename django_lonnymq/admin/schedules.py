@@ -24,7 +24,7 @@ from django.utils.http import urlencode
 from .. import arguments, bounds, schedules
 from ..exceptions import InvalidArgument
 from ..models import Schedule
-from .common import when
+from .common import DatabaseAdmin, queue_write_database, when
 
 TIMING_FIELDS = ("cron", "every_ms", "timezone")
 
@@ -137,7 +137,7 @@ class ScheduleForm(forms.ModelForm):
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(admin.ModelAdmin):
+class ScheduleAdmin(DatabaseAdmin):
     form = ScheduleForm
     list_display = (
         "name",
@@ -264,7 +264,7 @@ class ScheduleAdmin(admin.ModelAdmin):
             obj.last_error = None
             changed |= {"next_tick_at", "last_error"}
         if not change:
-            obj.save()
+            obj.save(using=queue_write_database(obj.queue, Schedule))  # on its queue's database
         elif changed:
             obj.save(update_fields=sorted(changed))
 

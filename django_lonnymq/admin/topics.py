@@ -9,19 +9,24 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from ..models import Subscription, Unrouted
+from .common import DatabaseAdmin, queue_write_database
 
 
 @admin.register(Subscription)
-class SubscriptionAdmin(admin.ModelAdmin):
+class SubscriptionAdmin(DatabaseAdmin):
     list_display = ("topic", "queue", "created_at")
     list_filter = ("topic",)
     search_fields = ("topic", "queue")
     show_facets = admin.ShowFacets.NEVER
     fields = ("topic", "queue")
 
+    def save_model(self, request: HttpRequest, obj: Subscription, form: Any, change: bool) -> None:
+        # A subscription lives with its queue (LONNYMQ_QUEUE_DATABASES): a new one goes there.
+        obj.save(using=obj._state.db if change else queue_write_database(obj.queue, Subscription))
+
 
 @admin.register(Unrouted)
-class UnroutedAdmin(admin.ModelAdmin):
+class UnroutedAdmin(DatabaseAdmin):
     list_display = ("topic", "events", "last_published_at")
     search_fields = ("topic",)
     show_facets = admin.ShowFacets.NEVER

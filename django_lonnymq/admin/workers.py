@@ -19,7 +19,7 @@ from django.utils.http import urlencode
 
 from ..models import Worker
 from ..workers import with_state
-from .common import when
+from .common import DatabaseAdmin, when
 
 STATES = (("live", "live"), ("lost", "lost"), ("stopped", "stopped"))
 
@@ -39,7 +39,7 @@ class WorkerStateFilter(admin.SimpleListFilter):
 
 
 @admin.register(Worker)
-class WorkerAdmin(admin.ModelAdmin):
+class WorkerAdmin(DatabaseAdmin):
     # Host, pid, start and stop times are on the worker's page: the list fits 1366 px.
     list_display = (
         "name",

@@ -1,10 +1,12 @@
 """The worker, one module per job: :mod:`.loop` (the :class:`Worker` and its lifecycle),
 :mod:`.connection`, :mod:`.fetching`, :mod:`.waiting`, :mod:`.handlers` and :mod:`.running`,
 :mod:`.outcomes`, :mod:`.completion`, :mod:`.housekeeping`, :mod:`.observer` (with
-:mod:`.spans` and :mod:`.metrics`)."""
+:mod:`.spans` and :mod:`.metrics`); :mod:`.group` runs a :class:`Worker` per database
+for a process whose queues live on several."""
 
+from .group import WorkerGroup
 from .loop import Worker
 from .observer import Observer
 from .stats import Stats
 
-__all__ = ["Observer", "Stats", "Worker"]
+__all__ = ["Observer", "Stats", "Worker", "WorkerGroup"]

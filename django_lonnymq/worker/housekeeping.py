@@ -318,7 +318,7 @@ class Housekeeping:
         self.pruner = Pruner(connection, stats, observers)
         self.enabled = enabled
         # Periodic schedules of these queues: synced at the first maintenance, then ticked.
-        self.ticker = schedules.Ticker(queues, interval=poll_interval)
+        self.ticker = schedules.Ticker(queues, interval=poll_interval, using=connection.using)
 
     def tick(self, stopping: bool) -> None:
         if self.enabled:

@@ -23,6 +23,7 @@ from typing import Any
 from ..conf import settings, to_ms
 from ..exceptions import InvalidArgument
 from ..registry import get_handler, is_async, timeout_of
+from ..routing import by_database
 from .completion import Completion
 from .connection import STATEMENT_ERRORS, ControlConnection
 from .fetching import Fetcher
@@ -75,7 +76,7 @@ class Worker:
             raise InvalidArgument("lease", "must be at least 1 second", lease)
         self.burst = burst
         self.max_messages = max_messages
-        self.using = using or settings.DATABASE
+        self.using = using or self._database_of(self.queues)
         self.shutdown_timeout = (
             to_ms(shutdown_timeout) / 1000
             if shutdown_timeout is not None
@@ -149,6 +150,19 @@ class Worker:
             observers=self.observers,
             stats=self.stats,
         )
+
+    @staticmethod
+    def _database_of(queues: Sequence[str]) -> str:
+        """The one database of ``queues`` (``LONNYMQ_QUEUE_DATABASES``); several need a
+        :class:`~.group.WorkerGroup` (``run_queue_worker`` builds one)."""
+        groups = by_database(queues)
+        if len(groups) > 1:
+            raise InvalidArgument(
+                "queues",
+                "live on several databases: serve them with WorkerGroup (run_queue_worker does), or pass using=",
+                {alias: names for alias, names in groups.items()},
+            )
+        return next(iter(groups))
 
     def _renamed(self, name: str) -> None:
         """The worker's row took another name (``name#2``): lease under it from now on."""

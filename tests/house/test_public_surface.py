@@ -25,6 +25,7 @@ TOP_LEVEL = [
     "periodic",
     "publish",
     "publish_many",
+    "queue_database",
     "subscribe",
 ]
 
@@ -51,7 +52,8 @@ DOCUMENTED = {
         "TaskResultRecord", "Unrouted", "Worker",
     ],
     "django_lonnymq.workers": ["listing"],
-    "django_lonnymq.worker": ["Worker"],
+    "django_lonnymq.worker": ["Worker", "WorkerGroup"],
+    "django_lonnymq.routing": ["queue_database", "queue_databases"],
     "django_lonnymq.topics": ["Event", "publish", "publish_many", "subscribe", "sync_subscriptions"],
     "django_lonnymq.schedules": ["periodic"],
     "django_lonnymq.registry": ["handler"],

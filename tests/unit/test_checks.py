@@ -87,6 +87,7 @@ def test_the_checks_are_registered():
     names = {c.__name__ for c in registry.registered_checks if c.__module__ == "django_lonnymq.checks"}
     assert names == {
         "check_database",
+        "check_queue_databases",
         "check_settings",
         "check_handler_modules",
         "check_worker_heartbeat",

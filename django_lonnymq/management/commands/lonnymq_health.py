@@ -1,6 +1,7 @@
 """``manage.py lonnymq_health``: is the queue healthy? Exits 1 when something is wrong.
 
-Reports, for the queue's database:
+Reports, for each database that holds queues (``LONNYMQ_DATABASE`` and every alias of
+``LONNYMQ_QUEUE_DATABASES``; ``--database`` for one), a section each:
 
 * dead tuples on the queue's tables (``pg_stat_user_tables.n_dead_tup``): the hot tables
   are rewritten on every release and ack; dead tuples that pile up make dequeue slower;
@@ -39,6 +40,7 @@ from django_lonnymq.conf import settings
 from django_lonnymq.exceptions import LonnyMQError
 from django_lonnymq.management.commands.run_queue_worker import check_database
 from django_lonnymq.models import QueueSample
+from django_lonnymq.routing import databases_of
 
 TABLES = ("lonnymq_channel", "lonnymq_message", "lonnymq_wake", "lonnymq_dedup", "lonnymq_dead_message")
 
@@ -117,7 +119,32 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         check_database(options["database"])
-        alias = options["database"] or settings.DATABASE
+        # Every database that holds queues (LONNYMQ_QUEUE_DATABASES), or --database alone.
+        aliases = databases_of(options["database"])
+        if len(aliases) == 1:
+            report = self._report(aliases[0], options)
+            problems = report["problems"]
+            if options["json"]:
+                self.stdout.write(json.dumps(report, default=str))
+            else:
+                self._print(report, options)
+        else:
+            reports = {alias: self._report(alias, options) for alias in aliases}
+            problems = [
+                f"[{alias}] {problem}" for alias, found in reports.items() for problem in found["problems"]
+            ]
+            if options["json"]:
+                combined = {"healthy": not problems, "problems": problems, "databases": reports}
+                self.stdout.write(json.dumps(combined, default=str))
+            else:
+                for alias, found in reports.items():
+                    self.stdout.write(f"== database {alias} ==")
+                    self._print(found, options)
+        if problems:
+            raise CommandError(f"{len(problems)} problem(s): " + "; ".join(problems))
+
+    def _report(self, alias: str, options: dict[str, Any]) -> dict[str, Any]:
+        """The report of one database (its ``problems`` included)."""
         problems: list[str] = []
         report: dict[str, Any] = {}
 
@@ -194,13 +221,7 @@ class Command(BaseCommand):
             problems.append(f"check: {where} {p.problem}: {p.detail}")
         report["healthy"] = not problems
         report["problems"] = problems
-
-        if options["json"]:
-            self.stdout.write(json.dumps(report, default=str))
-        else:
-            self._print(report, options)
-        if problems:
-            raise CommandError(f"{len(problems)} problem(s): " + "; ".join(problems))
+        return report
 
     def _probe_dequeues(self, alias: str) -> dict[str, str | None]:
         """Each queue with work: None when one dequeue of it succeeds, else the error.

@@ -72,26 +72,31 @@ class Command(BaseCommand):
         succeeded_before = now - timedelta(days=options["min_age_days"])
         failed_days = options["failed_min_age_days"]
         failed_before = now - timedelta(days=failed_days) if failed_days is not None else succeeded_before
-        results = TaskResultRecord.objects.using(backend.database).filter(
-            Q(status="SUCCESSFUL", finished_at__lte=succeeded_before)
-            | Q(status="FAILED", finished_at__lte=failed_before),
-            backend=backend.alias,
-        )
         queues = [q.strip() for q in options["queue_name"].split(",") if q.strip()]
         if not queues:
             raise CommandError("--queue-name must name a queue or '*'")
-        if "*" not in queues:
-            results = results.filter(queue__in=queues)
+        # Results live with their task queue's database (LONNYMQ_QUEUE_DATABASES): each is pruned.
+        found = []
+        for database in backend.databases():
+            results = TaskResultRecord.objects.using(database).filter(
+                Q(status="SUCCESSFUL", finished_at__lte=succeeded_before)
+                | Q(status="FAILED", finished_at__lte=failed_before),
+                backend=backend.alias,
+            )
+            if "*" not in queues:
+                results = results.filter(queue__in=queues)
+            found.append((database, results))
         if options["dry_run"]:
-            self.stdout.write(f"Would delete {results.count()} task result(s)")
+            self.stdout.write(f"Would delete {sum(results.count() for _, results in found)} task result(s)")
             return
         deleted = 0
-        while True:
-            ids = list(results.order_by().values_list("id", flat=True)[: options["batch_size"]])
-            if not ids:
-                break
-            count, _ = TaskResultRecord.objects.using(backend.database).filter(id__in=ids).delete()
-            deleted += count
+        for database, results in found:
+            while True:
+                ids = list(results.order_by().values_list("id", flat=True)[: options["batch_size"]])
+                if not ids:
+                    break
+                count, _ = TaskResultRecord.objects.using(database).filter(id__in=ids).delete()
+                deleted += count
         self.stdout.write(f"Deleted {deleted} task result(s)")
 
 

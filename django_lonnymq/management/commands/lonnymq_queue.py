@@ -22,16 +22,26 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("action", choices=["pause", "resume", "status"])
         parser.add_argument("queues", nargs="*", metavar="queue")
-        parser.add_argument("--database", default=None, help="database alias (default: LONNYMQ_DATABASE)")
+        parser.add_argument(
+            "--database",
+            default=None,
+            help="database alias (default: each queue's own, LONNYMQ_QUEUE_DATABASES or LONNYMQ_DATABASE)",
+        )
 
     def handle(
         self, *args: Any, action: str, queues: list[str], database: str | None, **options: Any
     ) -> None:
-        from ...conf import settings
+        from ...routing import databases_of
 
-        alias = database or settings.DATABASE
+        # Each queue on its own database (LONNYMQ_QUEUE_DATABASES) unless --database names one.
         if action == "status":
-            paused = set(QueueConfig.objects.using(alias).filter(paused=True).values_list("queue", flat=True))
+            paused = {
+                queue
+                for alias in databases_of(database)
+                for queue in QueueConfig.objects.using(alias)
+                .filter(paused=True)
+                .values_list("queue", flat=True)
+            }
             for queue in queues or sorted(paused):
                 self.stdout.write(f"{queue}: {'paused' if queue in paused else 'running'}")
             return
@@ -44,6 +54,6 @@ class Command(BaseCommand):
         except InvalidArgument as exc:
             raise CommandError(str(exc)) from exc
         for queue in queues:
-            changed = change(queue, using=alias)
+            changed = change(queue, using=database)
             state = "paused" if action == "pause" else "running"
             self.stdout.write(f"{queue}: {state}" + ("" if changed else f" (was already {state})"))

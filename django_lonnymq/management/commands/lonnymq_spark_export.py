@@ -12,6 +12,8 @@ from django.db import connections
 from psycopg import conninfo
 
 from django_lonnymq.conf import settings
+from django_lonnymq.exceptions import InvalidArgument
+from django_lonnymq.routing import queue_database
 
 # Django OPTIONS that are libpq connection parameters (the rest are Django's or psycopg's own).
 LIBPQ_OPTIONS = {
@@ -61,15 +63,23 @@ class Command(BaseCommand):
         from django_lonnymq.spark.cli import add_arguments
 
         add_arguments(parser)
-        parser.add_argument("--database", default=None, help="Database alias (default LONNYMQ_DATABASE).")
+        parser.add_argument(
+            "--database",
+            default=None,
+            help="Database alias (default: the queue's, LONNYMQ_QUEUE_DATABASES or LONNYMQ_DATABASE).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         from django_lonnymq.spark import ExportError
         from django_lonnymq.spark.cli import run
 
-        alias = options["database"] or settings.DATABASE
-        if alias not in connections:
-            raise CommandError(f"--database {alias!r} is not in DATABASES")
+        if options["database"] is not None and options["database"] not in connections:
+            raise CommandError(f"--database {options['database']!r} is not in DATABASES")
+        # The queue's database (LONNYMQ_QUEUE_DATABASES) unless --database names another.
+        try:
+            alias = queue_database(options["queue"], options["database"])
+        except InvalidArgument as exc:
+            raise CommandError(str(exc)) from exc
         dsn = dsn_from_settings(connections[alias].settings_dict)
 
         def write(line: str) -> None:

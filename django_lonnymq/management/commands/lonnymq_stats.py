@@ -18,7 +18,6 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from django_lonnymq.alarms import paused_queues
-from django_lonnymq.conf import settings
 from django_lonnymq.figures import (
     RATE_WINDOW,
     format_age,
@@ -29,6 +28,7 @@ from django_lonnymq.figures import (
 )
 from django_lonnymq.management.commands.run_queue_worker import check_database, duration
 from django_lonnymq.models import QueueSample
+from django_lonnymq.routing import databases_of
 
 COLUMNS = [
     ("queue", "QUEUE"),
@@ -112,7 +112,20 @@ class Command(BaseCommand):
                 signal.signal(sig, handler)
 
     def _round(self, options: dict[str, Any]) -> None:
-        alias = options["database"] or settings.DATABASE
+        # Every database that holds queues (LONNYMQ_QUEUE_DATABASES), or --database alone.
+        aliases = databases_of(options["database"])
+        rows = []
+        for alias in aliases:
+            for row in self._rows(options, alias):
+                if len(aliases) > 1:
+                    row["database"] = alias
+                rows.append(row)
+        if options["json"]:
+            self.stdout.write(json.dumps({"at": timezone.now().isoformat(), "queues": rows}))
+        else:
+            self.stdout.write(self._table(rows))
+
+    def _rows(self, options: dict[str, Any], alias: str) -> list[dict[str, Any]]:
         wanted = options["queues"]
         if options["record"]:
             keep_ms = int(options["keep"].total_seconds() * 1000)
@@ -123,14 +136,10 @@ class Command(BaseCommand):
             samples = QueueSample.live(wanted, using=alias)
         rates = self._rates(samples, alias)
         paused = paused_queues(alias)
-        rows = [
+        return [
             self._row(sample, *rate, queue_paused=sample.queue in paused)
             for sample, rate in zip(samples, rates, strict=True)
         ]
-        if options["json"]:
-            self.stdout.write(json.dumps({"at": timezone.now().isoformat(), "queues": rows}))
-        else:
-            self.stdout.write(self._table(rows))
 
     def _rates(self, samples: list[QueueSample], alias: str) -> list[tuple[float | None, float | None]]:
         """(released per minute, net drain per minute) of each sample over the last few minutes,

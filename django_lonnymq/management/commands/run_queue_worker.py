@@ -16,8 +16,9 @@ from django_lonnymq.bounds import MAX_INTERVAL, MAX_LEASE
 from django_lonnymq.conf import settings
 from django_lonnymq.exceptions import InvalidArgument, NoHandler, SchemaMissing
 from django_lonnymq.registry import autodiscover
+from django_lonnymq.routing import by_database, databases_of
 from django_lonnymq.topics import sync_declared_subscriptions
-from django_lonnymq.worker import Worker
+from django_lonnymq.worker import Worker, WorkerGroup
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}
@@ -40,6 +41,14 @@ def check_database(alias: str | None) -> None:
     """``--database``: an alias of DATABASES (a one-line CommandError otherwise)."""
     if alias is not None and alias not in connections:
         raise CommandError(f"--database {alias!r} is not in DATABASES (aliases: {', '.join(connections)})")
+
+
+def by_database_of(queues: list[str], database: str | None) -> dict[str, list[str]]:
+    """The queues grouped by their database alias (all on ``--database`` when given)."""
+    try:
+        return by_database(queues, database)
+    except InvalidArgument as exc:
+        raise CommandError(str(exc)) from exc
 
 
 def port_number(text: str) -> int:
@@ -73,7 +82,11 @@ def with_task_queues(queues: list[str], database: str | None) -> list[str]:
 
     try:
         existing = sorted(
-            set(Channel.objects.using(database or settings.DATABASE).values_list("queue", flat=True))
+            {
+                queue
+                for alias in databases_of(database)
+                for queue in Channel.objects.using(alias).values_list("queue", flat=True).distinct()
+            }
         )
         expanded = all_task_queues(existing)
     except (ImproperlyConfigured, ImportError) as exc:  # no Django Tasks in this project
@@ -179,7 +192,12 @@ class Command(BaseCommand):
             default=None,
             help="How long running handlers may finish after SIGTERM (default LONNYMQ_SHUTDOWN_TIMEOUT).",
         )
-        parser.add_argument("--database", default=None, help="Database alias (default LONNYMQ_DATABASE).")
+        parser.add_argument(
+            "--database",
+            default=None,
+            help="Database alias of every queue served (default: each queue's own, LONNYMQ_QUEUE_DATABASES "
+            "or LONNYMQ_DATABASE; queues on several databases get one connection each).",
+        )
         parser.add_argument(
             "--metrics-port",
             type=port_number,
@@ -209,40 +227,48 @@ class Command(BaseCommand):
             raise CommandError("--lease must be between 1s and 24h")
         check_database(options["database"])
         logs.configure_console()
-        try:
-            installed.require(options["database"] or settings.DATABASE)
-        except SchemaMissing as exc:
-            raise CommandError(str(exc)) from exc
-        except DatabaseError:
-            pass  # unreachable now: the worker retries its connection, and says so
-        finally:
-            connections[options["database"] or settings.DATABASE].close()
+        self._require(options["database"] or settings.DATABASE)
         autodiscover()
-        sync_declared_subscriptions(self, options["database"])
         queues = options["queues"]
         if ALL_TASK_QUEUES in queues:
             queues = with_task_queues(queues, options["database"])
+        # Each queue's database (LONNYMQ_QUEUE_DATABASES) unless --database names one for all.
+        by_database = by_database_of(queues, options["database"])
+        for alias in by_database:
+            if alias != (options["database"] or settings.DATABASE):
+                self._require(alias)
+        sync_declared_subscriptions(self, options["database"])
+        worker_options = {
+            "concurrency": options["concurrency"],
+            "batch_size": options["batch_size"],
+            "lease": options["lease"],
+            "burst": options["burst"],
+            "max_messages": options["max_messages"],
+            "shutdown_timeout": options["shutdown_timeout"],
+            "name": options["name"],
+        }
+        worker: Worker | WorkerGroup
         try:
-            worker = Worker(
-                queues,
-                concurrency=options["concurrency"],
-                batch_size=options["batch_size"],
-                lease=options["lease"],
-                burst=options["burst"],
-                max_messages=options["max_messages"],
-                using=options["database"],
-                shutdown_timeout=options["shutdown_timeout"],
-                name=options["name"],
-            )
+            if len(by_database) == 1:
+                [(alias, queues)] = by_database.items()
+                worker = Worker(queues, using=alias, **worker_options)
+            else:  # one connection, LISTEN and set of handler threads per database
+                worker = WorkerGroup(by_database, **worker_options)
         except (NoHandler, InvalidArgument) as exc:
             raise CommandError(str(exc)) from exc
-        for warning in unlikely_queues(worker.queues, options["database"]):
-            self.stderr.write(warning)
+        for alias, served in by_database.items():
+            for warning in unlikely_queues(served, alias):
+                self.stderr.write(warning)
         metrics_url = self._serve_metrics(worker, options["metrics_port"], options["metrics_address"])
         worker.install_signal_handlers()
         self.stdout.write(
             f"lonnymq worker {worker.name}: queues={','.join(worker.queues)} "
             f"concurrency={worker.concurrency} batch={worker.batch_size} lease={worker.lease_ms / 1000:g}s"
+            + (
+                " databases=" + ";".join(f"{a}:{','.join(q)}" for a, q in by_database.items())
+                if len(by_database) > 1
+                else ""
+            )
         )
         if metrics_url:
             self.stdout.write(f"lonnymq worker {worker.name}: metrics on {metrics_url}")
@@ -256,7 +282,19 @@ class Command(BaseCommand):
             raise SystemExit(worker.exit_code)
 
     @staticmethod
-    def _serve_metrics(worker: Worker, port: int | None, address: str) -> str | None:
+    def _require(alias: str) -> None:
+        """Refuse to start on a database that lacks a migration of the app."""
+        try:
+            installed.require(alias)
+        except SchemaMissing as exc:
+            raise CommandError(str(exc)) from exc
+        except DatabaseError:
+            pass  # unreachable now: the worker retries its connection, and says so
+        finally:
+            connections[alias].close()
+
+    @staticmethod
+    def _serve_metrics(worker: Worker | WorkerGroup, port: int | None, address: str) -> str | None:
         """Start the worker's metrics endpoint; its URL (None without --metrics-port)."""
         if port is None:
             return None
@@ -264,7 +302,11 @@ class Command(BaseCommand):
             from django_lonnymq.worker.metrics import WorkerMetrics
 
             metrics = WorkerMetrics(
-                name=worker.name, queues=worker.queues, concurrency=worker.concurrency, held=worker.held
+                name=worker.name,
+                queues=worker.queues,
+                # Handler threads in the process: a group has the concurrency on each database.
+                concurrency=worker.concurrency * len(getattr(worker, "workers", [worker])),
+                held=worker.held,  # type: ignore[arg-type]
             )
         except ImportError as exc:
             raise CommandError(
