@@ -232,3 +232,17 @@ def test_the_sql_refuses_what_python_would_and_an_unknown_plan_is_typed():
 def test_the_plan_table_checks_its_rules(statement, constraint):
     with pytest.raises(Exception, match=constraint), transaction.atomic():
         _execute(statement)
+
+
+def test_the_saas_example_of_the_docs_runs_as_written():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "flow-control.md").read_text()
+    section = text[text.index("## Plans") :]
+    code = section[section.index("```python\n") + 10 : section.index("```\n", section.index("```python"))]
+    exec(compile(code, "flow-control.md#plans", "exec"), {})
+    assert limits("reports", "customer-42") == (3, 20, 0, None)
+    assert Channel.objects.get(queue="reports", name="customer-42").plan.name == "premium"
+    assert limits("reports", "customer-7") == (3, 20, 0, None)
+    assert Plan.objects.get(name="free").rate == Rate.of("20 / min, burst 10")
+    assert api.check() == []
