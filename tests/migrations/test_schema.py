@@ -73,6 +73,8 @@ RELEASED = {
     "0023_pause_queue.up.sql": "0912affd2d6fbd7542af3ddbeeb100348d1fb4e7d1d9997b295d56d6f4a5d5dd",
     "0024_snooze.down.sql": "d7c8cf7c7a248983991531409b961083f22c722780ec2166363bbb6d5ffcaf40",
     "0024_snooze.up.sql": "7dfd62447c60fd111f6fc88683bdfa2f86fd9db02191e1ec8181135824d27263",
+    "0026_plans.down.sql": "c511d1e6d70ef29c8c58e6d6dd71e7731a93b4134b616520e1d45d48d19bdd8e",
+    "0026_plans.up.sql": "ee66f707d629f2da686d4bc754270da214034956e86dc6a30bd263b7b4e08de3",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
