@@ -9,9 +9,9 @@ channels. A dequeuer thread leases and acks batches of 10 from the busy queue th
 * **change**: ``lonnymq_configure_plan_v1`` flips the tier's cap (5 <-> 6) and weight
   (1 <-> 2), so every one of its channels is rewritten, in one call; timed, and the dequeues
   that ran while it did are kept apart;
-* **baseline**: in the same run, a bare ``UPDATE`` of the same rows' cap and weight (in a
-  transaction rolled back): what writing that many channel rows costs on this machine now,
-  whatever the function adds.
+* **baseline**: in the same run, the same rows locked in id order and a bare ``UPDATE`` of
+  their cap and weight (in a transaction rolled back): what writing that many channel rows
+  costs on this machine now, whatever the function adds.
 
 The table: the change's time (median, min, max over ``--runs``), the channels it rewrote, and
 the dequeue+ack time per call (p50, p99) before vs during the change, with the messages leased
@@ -126,6 +126,11 @@ def main(argv: list[str] | None = None) -> None:
                 changes.append((started, took, int(row[0]) if row else 0))
                 with conn.transaction(force_rollback=True):
                     started = time.perf_counter()
+                    # In id order first, as the function does (acks give slots back in it).
+                    conn.execute(
+                        "SELECT 1 FROM lonnymq_channel c WHERE c.plan_id = (SELECT p.id FROM lonnymq_plan p"
+                        " WHERE p.name = 'tier') ORDER BY c.id FOR NO KEY UPDATE"
+                    )
                     conn.execute(
                         "UPDATE lonnymq_channel c SET max_concurrency = c.max_concurrency + 1, weight = c.weight"
                         " WHERE c.plan_id = (SELECT p.id FROM lonnymq_plan p WHERE p.name = 'tier')"

@@ -209,9 +209,8 @@ def test_bad_input_is_refused_with_a_typed_error_and_nothing_is_written(call, fi
 def test_the_sql_refuses_what_python_would_and_an_unknown_plan_is_typed():
     with pytest.raises(InvalidArgument), transaction.atomic():
         scalar("SELECT lonnymq_configure_plan_v1('p', 0)")
-    with pytest.raises(Exception, match="inherit cannot name a limit the call also sets"):
-        with transaction.atomic():
-            scalar("SELECT lonnymq_configure_channel_v4('q', 'c', p_weight => 2, p_inherit => ARRAY['weight'])")
+    with pytest.raises(InvalidArgument, match="inherit cannot name a limit the call also sets"), transaction.atomic():
+        scalar("SELECT lonnymq_configure_channel_v4('q', 'c', p_weight => 2, p_inherit => ARRAY['weight'])")
     with pytest.raises(UnknownPlan) as caught, transaction.atomic():
         api.configure_channel("saas", "x", plan="gold")
     assert caught.value.field == "plan" and "'gold'" in str(caught.value)
