@@ -215,6 +215,8 @@ def configure_channel(
     paused: bool | None = _UNSET,
     weight: int = _UNSET,
     rate: Rate | str | None = _UNSET,
+    plan: str | None = _UNSET,
+    inherit: Iterable[str] | bool = (),
     using: str | None = None,
 ) -> int:
     """Create or change a channel's limits; omitted ones keep their value. Returns its id.
@@ -225,9 +227,17 @@ def configure_channel(
     text (``"100 / min, burst 20"``), ``None`` for none. Takes effect on the next dequeue.
     Only the limits given are written, under the channel's row lock, so a concurrent change
     of another limit is never overwritten.
+
+    Plans: ``plan="premium"`` makes the channel follow that plan (``None``: no plan; an
+    unknown name raises :class:`~django_lonnymq.exceptions.UnknownPlan`). A limit given here
+    becomes the channel's own and overrides its plan's; ``inherit`` names limits
+    (``"weight"``, ``"max_concurrency"``, ``"release_interval"``, ``"rate"``; ``True``: all
+    four) that follow the plan, or the defaults without one, again.
     """
     arguments.queue(queue)
     arguments.channel(channel)
+    plan_name = None if plan is _UNSET or plan is None else arguments.name("plan", plan, bounds.MAX_PLAN_NAME)
+    inherited = _inherit(inherit)
     unlimited = max_concurrency is None
     if max_concurrency is _UNSET or max_concurrency is None:
         max_concurrency = None
@@ -259,8 +269,88 @@ def configure_channel(
         "rate_period_ms": bucket.period_ms if bucket else None,
         "rate_burst": bucket.burst if bucket else None,
         "no_rate": rate is None,
+        "plan": plan_name,
+        "no_plan": plan is None,
+        "inherit": inherited,
     }
     return int(db.value("configure_channel", params, using=queue_database(queue, using)))
+
+
+PLAN_LIMITS = ("weight", "max_concurrency", "release_interval", "rate")
+
+
+def _inherit(value: Any) -> list[str]:
+    if value is True:
+        return list(PLAN_LIMITS)
+    if value is False or value is None:
+        return []
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise InvalidArgument("inherit", f"must be True or a list of {', '.join(PLAN_LIMITS)}", value)
+    names = list(value)
+    for limit in names:
+        if limit not in PLAN_LIMITS:
+            raise InvalidArgument("inherit", f"must name {', '.join(PLAN_LIMITS)}", limit)
+    return sorted(set(names))
+
+
+def configure_plan(
+    name: str,
+    *,
+    weight: int = _UNSET,
+    max_concurrency: int | None = _UNSET,
+    release_interval: timedelta | float | None = _UNSET,
+    rate: Rate | str | None = _UNSET,
+    using: str | None = None,
+) -> int:
+    """Create or change a plan, a named set of limits; omitted ones keep their value (a new
+    plan starts from the defaults: weight 1, no cap, no release interval, no rate).
+
+    The limits mean what they mean on :func:`configure_channel`. Every channel that follows
+    the plan takes the new values of the limits it does not set itself, in one SQL statement,
+    before this returns (inside a transaction: when it commits). Returns how many channels
+    changed.
+    """
+    arguments.name("name", name, bounds.MAX_PLAN_NAME)
+    unlimited = max_concurrency is None
+    cap = (
+        None
+        if max_concurrency is _UNSET or max_concurrency is None
+        else arguments.integer("max_concurrency", max_concurrency, 1, bounds.MAX_INT4)
+    )
+    if release_interval is _UNSET:
+        interval_ms = None
+    else:
+        interval_ms = (
+            0
+            if release_interval is None
+            else duration_ms("release_interval", release_interval, bounds.MAX_INTERVAL)
+        )
+    weight_checked = None if weight is _UNSET else arguments.integer("weight", weight, 1, bounds.MAX_WEIGHT)
+    bucket = None if rate is _UNSET or rate is None else Rate.of(rate)
+    params = {
+        "name": name,
+        "weight": weight_checked,
+        "max_concurrency": cap,
+        "unlimited": unlimited,
+        "release_interval_ms": interval_ms,
+        "rate_count": bucket.count if bucket else None,
+        "rate_period_ms": bucket.period_ms if bucket else None,
+        "rate_burst": bucket.burst if bucket else None,
+        "no_rate": rate is None,
+    }
+    return int(db.value("configure_plan", params, using=using))
+
+
+def delete_plan(name: str, *, using: str | None = None) -> None:
+    """Delete a plan that no channel follows and no queue gives its new channels.
+
+    A plan in use raises :class:`~django_lonnymq.exceptions.PlanInUse` (saying how many
+    channels and queues), an unknown one :class:`~django_lonnymq.exceptions.UnknownPlan`;
+    either way nothing is deleted. Move the channels first
+    (``configure_channel(queue, name, plan=...)``).
+    """
+    arguments.name("name", name, bounds.MAX_PLAN_NAME)
+    db.value("delete_plan", {"name": name}, using=using)
 
 
 def configure_queue(
@@ -268,6 +358,7 @@ def configure_queue(
     *,
     max_concurrency: int | None = _UNSET,
     rate: Rate | str | None = _UNSET,
+    default_plan: str | None = _UNSET,
     using: str | None = None,
 ) -> bool:
     """Set or change a queue's queue-wide limits; omitted ones keep their value.
@@ -276,8 +367,17 @@ def configure_queue(
     channels (``None``: no cap); ``rate`` is a token bucket for the whole queue, a
     :class:`~django_lonnymq.rates.Rate` or its text (``"50 / s, burst 10"``; ``None``: none).
     A queue with neither pays nothing for them. Returns whether the queue has a limit now.
+
+    ``default_plan="free"``: the queue's new channels (made by an enqueue, a publish or
+    :func:`configure_channel`) follow that plan; channels that exist keep theirs. ``None``:
+    no default plan. An unknown plan raises :class:`~django_lonnymq.exceptions.UnknownPlan`.
     """
     arguments.queue(queue)
+    plan_name = (
+        None
+        if default_plan is _UNSET or default_plan is None
+        else arguments.name("default_plan", default_plan, bounds.MAX_PLAN_NAME)
+    )
     unlimited = max_concurrency is None
     if max_concurrency is _UNSET or max_concurrency is None:
         max_concurrency = None
@@ -293,7 +393,10 @@ def configure_queue(
         "rate_burst": bucket.burst if bucket else None,
         "no_rate": rate is None,
     }
-    return bool(db.value("configure_queue", params, using=queue_database(queue, using)))
+    using = queue_database(queue, using)
+    if default_plan is _UNSET:
+        return bool(db.value("configure_queue", params, using=using))
+    return bool(db.value("configure_queue_plan", {**params, "plan": plan_name}, using=using))
 
 
 def pause_queue(queue: str, *, using: str | None = None) -> bool:

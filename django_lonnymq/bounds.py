@@ -20,6 +20,7 @@ MAX_LEASE = timedelta(days=1)
 MAX_ID = 2**63 - 1
 # Names, in characters.
 MAX_QUEUE_NAME = 100
+MAX_PLAN_NAME = 100
 MAX_CHANNEL_NAME = 200
 MAX_DEDUP_KEY = 200
 # What a repeated dedup key does (on_duplicate); the SQL functions accept these alone.

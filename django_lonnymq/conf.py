@@ -59,7 +59,7 @@ DEFAULTS: dict[str, Any] = {
     "CANCEL_GRACE": timedelta(seconds=1),
     # Tests: run each message's handler in-process when its enqueue commits (django_lonnymq.eager).
     "EAGER": False,
-    # An empty channel nobody configured (no limits, weight, rate or pause), idle (no release,
+    # An empty channel nobody configured (no limits, weight, rate, pause or plan), idle (no release,
     # not created) for longer than this, is deleted by the workers' housekeeping; the next
     # enqueue into it creates it again. None: channels are kept until delete_channel.
     "CHANNEL_IDLE_PRUNE": timedelta(days=1),

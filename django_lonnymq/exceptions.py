@@ -84,6 +84,25 @@ class UnknownMessage(MessageNotFound, InvalidArgument):
         )
 
 
+class UnknownPlan(InvalidArgument, LookupError):
+    """A plan name that names no plan (``configure_plan`` creates one); nothing was written."""
+
+    def __init__(self, name: Any, message: str | None = None):
+        InvalidArgument.__init__(
+            self, "plan", "must name an existing plan (configure_plan creates one)", name, message=message
+        )
+
+
+class PlanInUse(LonnyMQError):
+    """``delete_plan()`` of a plan that channels follow or that queues give their new
+    channels; nothing was deleted. ``channels`` and ``queues`` say how many."""
+
+    def __init__(self, message: str, channels: int = 0, queues: int = 0):
+        self.channels = channels
+        self.queues = queues
+        super().__init__(message)
+
+
 class Interrupted(BaseException):  # noqa: N818 - like KeyboardInterrupt, not an Exception
     """Raised into a handler's thread to stop it. A BaseException, so that a handler's
     ``except Exception`` does not swallow it; ``finally`` blocks and context managers run."""
@@ -275,6 +294,13 @@ def translate(exc: BaseException) -> LonnyMQError | None:
         return kind(text)
     if sqlstate in _UNDEFINED and _OURS.search(text):
         return SchemaMissing(text)
+    if sqlstate == "LQ260":
+        match = _INVALID_TEXT.match(text)
+        return UnknownPlan(match["value"] if match else None, message=text)
+    if sqlstate == "LQ261":
+        detail = (getattr(diag, "message_detail", None) or "0,0").strip()
+        channels, _, queues = detail.partition(",")
+        return PlanInUse(text, int(channels or 0), int(queues or 0))
     if sqlstate == "LQ170":
         detail = (getattr(diag, "message_detail", None) or "").strip()
         ids = [None if part == "null" else int(part) for part in detail.split(",") if part]

@@ -14,6 +14,89 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 
+class Plan(models.Model):
+    """A named set of limits (a pricing tier) that channels follow: a channel takes its plan's
+    value of every limit it does not set itself. Write it through
+    :func:`django_lonnymq.api.configure_plan` (the admin does): a change reaches every channel
+    of the plan in one statement."""
+
+    id = models.BigAutoField(primary_key=True)
+    name = models.CharField(max_length=100, unique=True)
+    weight = models.IntegerField(default=1, help_text="Messages released per round under backlog (1 to 1000).")
+    max_concurrency = models.IntegerField(
+        null=True, blank=True, help_text="Most messages of a channel in flight at once; empty: unlimited."
+    )
+    release_interval_ms = models.BigIntegerField(
+        default=0, help_text="Least time between two releases of a channel, in milliseconds (0: none)."
+    )
+    rate_count = models.IntegerField(null=True, blank=True)
+    rate_period_ms = models.BigIntegerField(null=True, blank=True)
+    rate_burst = models.IntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        db_table = "lonnymq_plan"
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(name__regex=r"^.{1,100}$"), name="lonnymq_plan_name_length"),
+            models.CheckConstraint(condition=Q(name__regex=r"\S"), name="lonnymq_plan_name_not_blank"),
+            models.CheckConstraint(condition=Q(weight__gte=1, weight__lte=1000), name="lonnymq_plan_weight_range"),
+            models.CheckConstraint(
+                condition=Q(max_concurrency__isnull=True) | Q(max_concurrency__gt=0),
+                name="lonnymq_plan_max_concurrency_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(release_interval_ms__gte=0, release_interval_ms__lte=31_622_400_000),
+                name="lonnymq_plan_release_interval_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(rate_count__isnull=True, rate_period_ms__isnull=True, rate_burst__isnull=True)
+                | Q(rate_count__isnull=False, rate_period_ms__isnull=False, rate_burst__isnull=False),
+                name="lonnymq_plan_rate_complete",
+            ),
+            models.CheckConstraint(
+                condition=Q(rate_count__gte=1, rate_count__lte=1_000_000), name="lonnymq_plan_rate_count_range"
+            ),
+            models.CheckConstraint(
+                condition=Q(rate_period_ms__gte=1, rate_period_ms__lte=31_622_400_000),
+                name="lonnymq_plan_rate_period_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(rate_burst__gte=1, rate_burst__lte=1_000_000), name="lonnymq_plan_rate_burst_range"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def rate(self):  # -> Rate | None
+        from .rates import Rate
+
+        return Rate.from_ms(self.rate_count, self.rate_period_ms, self.rate_burst)
+
+
+class QueuePlan(models.Model):
+    """The plan a queue's new channels follow (``configure_queue(queue, default_plan=...)``)."""
+
+    queue = models.CharField(max_length=100, primary_key=True)
+    plan = models.ForeignKey(Plan, on_delete=models.PROTECT, related_name="default_of")
+    updated_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        db_table = "lonnymq_queue_plan"
+        ordering = ["queue"]
+        verbose_name = "queue default plan"
+        constraints = [
+            models.CheckConstraint(condition=Q(queue__regex=r"^.{1,100}$"), name="lonnymq_queue_plan_queue_length"),
+            models.CheckConstraint(condition=Q(queue__regex=r"\S"), name="lonnymq_queue_plan_queue_not_blank"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue}: {self.plan_id}"
+
+
 class Channel(models.Model):
     """A tenant's virtual queue inside a queue, with its limits and scheduler state."""
 
@@ -51,6 +134,15 @@ class Channel(models.Model):
     rate_burst = models.IntegerField(null=True, blank=True)
     bucket_level = models.BigIntegerField(null=True, blank=True, editable=False)
     next_token_at = models.BigIntegerField(null=True, blank=True, editable=False)
+    # Plans: the plan the channel follows, and which limits are its own (a plan's change
+    # leaves those alone). Set them through api.configure_channel(plan=..., inherit=...).
+    plan = models.ForeignKey(
+        Plan, null=True, blank=True, on_delete=models.PROTECT, related_name="channels", db_index=False
+    )
+    own_weight = models.BooleanField(default=False)
+    own_max_concurrency = models.BooleanField(default=False)
+    own_release_interval = models.BooleanField(default=False)
+    own_rate = models.BooleanField(default=False)
 
     class Meta:
         db_table = "lonnymq_channel"
@@ -119,10 +211,30 @@ class Channel(models.Model):
                 condition=Q(next_dequeue_at__isnull=False, paused=False)
                 & (Q(max_concurrency__isnull=True) | Q(in_flight__lt=F("max_concurrency"))),
             ),
+            models.Index(
+                fields=["plan", "id"], name="lonnymq_channel_plan_idx", condition=Q(plan__isnull=False)
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.queue}/{self.name}"
+
+    def limit_sources(self) -> list[tuple[str, str, str]]:
+        """``(limit, value in effect, where it comes from)`` for each limit a plan can give:
+        ``"own"`` (set on the channel), ``"plan <name>"`` or ``"default"``."""
+        plan_source = f"plan {self.plan.name}" if self.plan_id is not None and self.plan else "default"
+        rate = self.rate
+        rows = [
+            ("weight", str(self.weight), self.own_weight),
+            (
+                "max_concurrency",
+                "unlimited" if self.max_concurrency is None else str(self.max_concurrency),
+                self.own_max_concurrency,
+            ),
+            ("release_interval", f"{self.release_interval_ms} ms", self.own_release_interval),
+            ("rate", "none" if rate is None else str(rate), self.own_rate),
+        ]
+        return [(limit, value, "own" if own else plan_source) for limit, value, own in rows]
 
     @property
     def rate(self):  # -> Rate | None

@@ -560,6 +560,49 @@ def weighted_share(tenants: list[Tenant], table: str) -> list[str]:
     return []
 
 
+TIERS = "tiers"
+
+
+def tier_change_step() -> list[str]:
+    """Pricing tiers (plans): new customers start free, one upgrades, the free tier is
+    repriced in one statement; returns its problems."""
+    from django.db import connection, transaction
+
+    from django_lonnymq import api, enqueue
+    from django_lonnymq.models import Channel
+
+    print(f"\n== Tier change: plans on queue {TIERS!r} ==")
+    with transaction.atomic(), connection.cursor() as cursor:  # a clean slate on every run
+        forget_queue(cursor, TIERS)
+        api.configure_queue(TIERS, default_plan=None)
+    api.configure_plan("demo-free", max_concurrency=1, rate="10 / min, burst 10")
+    api.configure_plan("demo-premium", weight=3, max_concurrency=20)
+    api.configure_queue(TIERS, default_plan="demo-free")
+    for n in range(1, 4):
+        enqueue(TIERS, {"report": n}, channel=f"customer-{n}")
+    api.configure_channel(TIERS, "customer-2", plan="demo-premium")
+    changed = api.configure_plan("demo-free", max_concurrency=2)
+    rows = {
+        c.name: (c.plan.name, c.weight, c.max_concurrency)
+        for c in Channel.objects.filter(queue=TIERS).select_related("plan")
+    }
+    print(f"new channels follow demo-free; customer-2 upgraded to demo-premium; repricing demo-free "
+          f"(cap 1 -> 2) rewrote {changed} channel(s) in one statement")
+    for name, (plan, weight, cap) in sorted(rows.items()):
+        print(f"  {name}: plan {plan}, weight {weight}, max_concurrency {cap}")
+    expected = {
+        "customer-1": ("demo-free", 1, 2),
+        "customer-2": ("demo-premium", 3, 20),
+        "customer-3": ("demo-free", 1, 2),
+    }
+    problems = [] if rows == expected else [f"tier change: channels {rows}, expected {expected}"]
+    problems += [f"tier change: {p.problem} on {p.channel}: {p.detail}" for p in api.check() if p.queue == TIERS]
+    with transaction.atomic(), connection.cursor() as cursor:
+        forget_queue(cursor, TIERS)
+        api.configure_queue(TIERS, default_plan=None)
+    return problems
+
+
 def main() -> int:
     args = parse_args()
     where = ensure_database()
@@ -609,6 +652,7 @@ def main() -> int:
     problems += topic_step()
     problems += debounce_step()
     problems += weighted_share(tenants, table)
+    problems += tier_change_step()
     problems += spark_step(args)
 
     print()
@@ -619,7 +663,7 @@ def main() -> int:
         return 1
     print(
         "RESULT: OK (every job ran once, nothing left or dead, scheduler state consistent, "
-        "the debounced document re-indexed once with its last revision"
+        "the debounced document re-indexed once with its last revision, tier change applied"
         + (", Spark export exactly once)" if args.spark else ")")
     )
     return 0

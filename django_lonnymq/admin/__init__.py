@@ -4,7 +4,7 @@ imported (Django's admin autodiscovery imports it).
 - :mod:`.channels`: channels, their counts and limits, pause, resume, purge, delete; routes
   the dashboard
 - :mod:`.messages` and :mod:`.dead_messages`: the read-only lists and their actions
-- :mod:`.limits`: queue-wide limits; :mod:`.schedules`: periodic schedules;
+- :mod:`.limits`: queue-wide limits; :mod:`.plans`: plans (named sets of limits); :mod:`.schedules`: periodic schedules;
   :mod:`.topics`: subscriptions and unrouted events; :mod:`.workers`: the worker list
 - :mod:`.dashboard`: the dashboard page; :mod:`.charts`: its SVG charts (pure drawing)
 - :mod:`.common`: what the pages share (times, counts, permissions, batches, the rate field,
@@ -24,6 +24,7 @@ from . import (  # noqa: F401 - importing a page registers it
     dead_messages,
     limits,
     messages,
+    plans,
     schedules,
     topics,
     workers,

@@ -22,7 +22,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
 from .. import api, bounds, db
@@ -95,10 +95,18 @@ class ChannelForm(forms.ModelForm):
     """Add and change pages; the limits are then saved through ``api.configure_channel``."""
 
     rate = RateField()
+    inherit = forms.MultipleChoiceField(
+        choices=[(limit, limit.replace("_", " ")) for limit in api.PLAN_LIMITS],
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Follow the plan again for",
+        help_text="These limits stop being the channel's own: they take the plan's value (or the "
+        "default, without a plan). A limit edited above becomes the channel's own.",
+    )
 
     class Meta:
         model = Channel
-        fields = ["queue", "name", "max_concurrency", "release_interval_ms", "paused", "weight"]
+        fields = ["queue", "name", "plan", "max_concurrency", "release_interval_ms", "paused", "weight"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -106,6 +114,25 @@ class ChannelForm(forms.ModelForm):
             self.initial["rate"] = self.instance.rate
         if "weight" in self.fields:
             self.fields["weight"].required = False
+        if "plan" in self.fields:
+            self.fields["plan"].help_text = (
+                "The plan whose limits the channel follows, except those it sets itself. Empty: "
+                "the defaults (for a new channel: its queue's default plan, if it has one)."
+            )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or self.cleaned_data
+        edited = {"release_interval_ms": "release_interval"}
+        both = [
+            limit
+            for limit in data.get("inherit") or ()
+            if any(edited.get(field, field) == limit for field in self.changed_data)
+        ]
+        if both:
+            raise forms.ValidationError(
+                f"Edit a limit or let it follow the plan, not both: {', '.join(both)}."
+            )
+        return data
 
     def clean_weight(self) -> int:
         value = self.cleaned_data["weight"]
@@ -128,6 +155,8 @@ class ChannelListForm(ChannelForm):
     """The limits edited in the list: same rules, narrow inputs."""
 
     rate = None  # type: ignore[assignment]  # edited on the change page
+
+    inherit = None  # type: ignore[assignment]  # edited on the change page
 
     class Meta(ChannelForm.Meta):
         fields = ["max_concurrency", "release_interval_ms", "weight"]
@@ -155,7 +184,7 @@ class ChannelAdmin(DatabaseAdmin):
     )
     list_display_links = ("channel_display",)
     list_editable = ("max_concurrency", "release_interval_ms", "weight")
-    list_filter = ("queue", "paused")
+    list_filter = ("queue", "paused", "plan")
     search_fields = ("name",)
     list_per_page = 50
     show_facets = admin.ShowFacets.NEVER
@@ -169,6 +198,7 @@ class ChannelAdmin(DatabaseAdmin):
         "last_release",
         "created_at",
         "links",
+        "limits_in_effect",
     )
 
     # -- counts ---------------------------------------------------------------------------
@@ -241,6 +271,23 @@ class ChannelAdmin(DatabaseAdmin):
             return when(obj.next_dequeue_at)  # a rate limit's turn, or a scheduled message
         return "now: waiting for a worker" if ready else "-"
 
+    @admin.display(description="limits in effect")
+    def limits_in_effect(self, obj: Channel) -> str:
+        """Each limit a plan can give: its value and where it comes from (own, plan, default)."""
+        rows = format_html_join(
+            "",
+            '<tr><th scope="row">{}</th><td>{}</td><td class="lq-source-{}">{}</td></tr>',
+            (
+                (limit.replace("_", " "), value, source.split(" ")[0], source)
+                for limit, value, source in obj.limit_sources()
+            ),
+        )
+        return format_html(
+            '<table class="lq-limit-sources"><thead><tr><th>limit</th><th>in effect</th>'
+            "<th>from</th></tr></thead><tbody>{}</tbody></table>",
+            rows,
+        )
+
     @admin.display(description="last release", ordering="last_dequeue_at")
     def last_release(self, obj: Channel) -> str:
         return when(obj.last_dequeue_at)
@@ -260,12 +307,19 @@ class ChannelAdmin(DatabaseAdmin):
     # -- forms: add and change go through configure_channel ----------------------------------
 
     def get_fieldsets(self, request: HttpRequest, obj: Channel | None = None) -> Any:
-        limits = ("max_concurrency", "release_interval_ms", "weight", "rate", "paused")
+        limits = ("plan", "max_concurrency", "release_interval_ms", "weight", "rate", "paused")
         if obj is None:
             return [(None, {"fields": ("queue", "name", *limits)})]
         return [
             (None, {"fields": ("queue", "name", "links")}),
-            ("Limits", {"fields": limits, "description": "Changes take effect on the next dequeue."}),
+            (
+                "Limits",
+                {
+                    "fields": (*limits, "inherit", "limits_in_effect"),
+                    "description": "Changes take effect on the next dequeue. A limit edited here is "
+                    "the channel's own and overrides its plan's.",
+                },
+            ),
             (
                 "Now",
                 {
@@ -291,12 +345,15 @@ class ChannelAdmin(DatabaseAdmin):
     def save_model(self, request: HttpRequest, obj: Channel, form: forms.ModelForm, change: bool) -> None:
         """Create or reconfigure through ``api.configure_channel``; only changed limits are
         passed, so a concurrent change of another limit (or a pause) is not overwritten."""
-        fields = (
-            set(form.changed_data)
-            if change
-            else {"max_concurrency", "release_interval_ms", "paused", "weight", "rate"}
-        )
+        fields = set(form.changed_data)
+        if not change:
+            # A new channel: the limits typed in are its own; the others come from its plan.
+            fields |= {"paused"}
         changes: dict[str, Any] = {}
+        if "plan" in fields:
+            changes["plan"] = obj.plan.name if obj.plan is not None else None
+        if form.cleaned_data.get("inherit"):
+            changes["inherit"] = list(form.cleaned_data["inherit"])
         if "max_concurrency" in fields:
             changes["max_concurrency"] = obj.max_concurrency
         if "release_interval_ms" in fields:

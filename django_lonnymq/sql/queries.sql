@@ -118,11 +118,31 @@ SELECT lonnymq_purge_dead_v1(%(ids)s::bigint[])
 
 -- name: configure_channel
 -- A NULL limit is left as it is; unlimited removes the concurrency cap, no_rate the bucket.
-SELECT lonnymq_configure_channel_v3(%(queue)s::text, %(channel)s::text, %(max_concurrency)s::integer,
+-- A limit given becomes the channel's own; inherit lists those that follow its plan again.
+SELECT lonnymq_configure_channel_v4(%(queue)s::text, %(channel)s::text, %(max_concurrency)s::integer,
                                     %(unlimited)s::boolean, %(release_interval_ms)s::bigint,
                                     %(paused)s::boolean, %(weight)s::integer, %(rate_count)s::integer,
                                     %(rate_period_ms)s::bigint, %(rate_burst)s::integer,
-                                    %(no_rate)s::boolean)
+                                    %(no_rate)s::boolean, %(plan)s::text, %(no_plan)s::boolean,
+                                    %(inherit)s::text[])
+
+-- name: configure_plan
+-- Create or change a plan and rewrite its channels' limits; how many channels changed.
+SELECT lonnymq_configure_plan_v1(%(name)s::text, %(weight)s::integer, %(max_concurrency)s::integer,
+                                 %(unlimited)s::boolean, %(release_interval_ms)s::bigint,
+                                 %(rate_count)s::integer, %(rate_period_ms)s::bigint, %(rate_burst)s::integer,
+                                 %(no_rate)s::boolean)
+
+-- name: delete_plan
+SELECT lonnymq_delete_plan_v1(%(name)s::text)
+
+-- name: configure_queue_plan
+-- configure_queue with a default plan (NULL: none) for the queue's new channels, set first,
+-- in the same statement.
+SELECT lonnymq_configure_queue_v1(%(queue)s::text, %(max_concurrency)s::integer, %(unlimited)s::boolean,
+                                  %(rate_count)s::integer, %(rate_period_ms)s::bigint, %(rate_burst)s::integer,
+                                  %(no_rate)s::boolean)
+  FROM (SELECT lonnymq_set_default_plan_v1(%(queue)s::text, %(plan)s::text)) AS default_plan
 
 -- name: configure_queue
 -- Queue-wide limits: a NULL limit is left as it is; unlimited removes the cap, no_rate the bucket.
@@ -135,8 +155,11 @@ SELECT lonnymq_configure_queue_v1(%(queue)s::text, %(max_concurrency)s::integer,
 SELECT lonnymq_pause_queue_v1(%(queue)s::text, %(paused)s::boolean)
 
 -- name: check
-SELECT channel_id, queue, channel, problem, detail FROM lonnymq_check_v1(%(grace_ms)s::bigint)
- ORDER BY channel_id, problem
+SELECT x.channel_id, x.queue, x.channel, x.problem, x.detail
+  FROM (SELECT * FROM lonnymq_check_v1(%(grace_ms)s::bigint)
+        UNION ALL
+        SELECT * FROM lonnymq_check_limits_v1()) x
+ ORDER BY x.channel_id, x.problem, x.detail
 
 -- name: listen
 LISTEN lonnymq_wakeup

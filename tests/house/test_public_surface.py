@@ -32,7 +32,7 @@ TOP_LEVEL = [
 DOCUMENTED = {
     "django_lonnymq.api": [
         "Item", "Problem", "aenqueue", "aenqueue_many", "cancel", "cancel_rows", "check",
-        "configure_channel", "configure_queue", "delete_channel", "enqueue", "enqueue_many",
+        "configure_channel", "configure_plan", "configure_queue", "delete_channel", "delete_plan", "enqueue", "enqueue_many",
         "now_ms", "pause_queue", "purge_channel", "purge_dead", "reap", "requeue_dead", "resume_queue",
         "run_now",
     ],
@@ -44,11 +44,11 @@ DOCUMENTED = {
     "django_lonnymq.logs": ["Formatter", "LOGGER", "build_formatter", "configure_console"],
     "django_lonnymq.exceptions": [
         "ChannelGone", "Discard", "HandlerCancelled", "HandlerTimeout", "InvalidArgument", "LeaseLost", "LonnyMQError",
-        "MessageNotFound", "NoHandler", "PayloadError", "PriorityWithSchedule", "Retry", "SchemaMissing", "Snooze",
-        "UnknownMessage", "UnknownTask", "UnsupportedIsolation", "WorkerInterrupted",
+        "MessageNotFound", "NoHandler", "PayloadError", "PlanInUse", "PriorityWithSchedule", "Retry", "SchemaMissing",
+        "Snooze", "UnknownMessage", "UnknownPlan", "UnknownTask", "UnsupportedIsolation", "WorkerInterrupted",
     ],
     "django_lonnymq.models": [
-        "Channel", "DeadMessage", "Message", "QueueConfig", "QueueSample", "Schedule", "Subscription",
+        "Channel", "DeadMessage", "Message", "Plan", "QueueConfig", "QueuePlan", "QueueSample", "Schedule", "Subscription",
         "TaskResultRecord", "Unrouted", "Worker",
     ],
     "django_lonnymq.workers": ["listing"],

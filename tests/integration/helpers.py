@@ -193,6 +193,9 @@ def configure(
             rate_period_ms=period_ms,
             rate_burst=burst,
             no_rate=False,
+            plan=None,
+            no_plan=False,
+            inherit=None,
         )
     )
 

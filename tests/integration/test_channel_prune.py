@@ -83,6 +83,20 @@ def test_a_configured_channel_is_kept(limits: dict[str, Any]) -> None:
     assert names() == ["configured"]
 
 
+def test_a_channel_that_follows_a_plan_is_kept_even_with_the_default_limits() -> None:
+    """A plan is something a user configured: pruning would lose it, and the channel would come
+    back on the queue's default plan, not the one it was given."""
+    api.configure_plan("prune-default-limits")  # a plan with the default limits
+    api.configure_channel(QUEUE, "planned", plan="prune-default-limits")
+    age("planned")
+    emptied("plain")
+    assert prune() == 1
+    assert names() == ["planned"]
+    api.configure_channel(QUEUE, "planned", plan=None)  # follows no plan again: it may go
+    assert prune() == 1
+    assert names() == []
+
+
 def test_a_channel_back_to_default_limits_may_go() -> None:
     api.configure_channel(QUEUE, "was-capped", max_concurrency=2)
     api.configure_channel(QUEUE, "was-capped", max_concurrency=None)

@@ -24,8 +24,8 @@ CREATE TABLE lonnymq_queue_released (
 );
 
 -- Whether a user set something on this channel that pruning would lose: a concurrency cap,
--- a release interval, a weight, a token bucket, a pause. The one place that says what
--- "configured" means: a new per-channel setting (or a plan) adds its test here.
+-- a release interval, a weight, a token bucket, a pause, a plan. The one place that says what
+-- "configured" means: a new per-channel setting adds its test here.
 CREATE FUNCTION lonnymq_channel_configured_v1(c lonnymq_channel) RETURNS boolean
 LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
@@ -35,6 +35,7 @@ AS $$
         OR c.weight <> 1
         OR c.rate_count IS NOT NULL
         OR c.paused
+        OR c.plan_id IS NOT NULL
 $$;
 -- Delete up to p_limit channels that nobody configured (lonnymq_channel_configured_v1), that
 -- hold no message in any state and no dedup key, and that were neither created nor released
