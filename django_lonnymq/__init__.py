@@ -17,10 +17,13 @@ __all__ = [
     "Message",
     "Retry",
     "Snooze",
+    "Workflow",
     "aenqueue",
     "aenqueue_many",
     "enqueue",
     "enqueue_many",
+    "chain",
+    "chord",
     "handler",
     "periodic",
     "publish",
@@ -44,6 +47,9 @@ _PUBLIC = {
     "publish_many": "topics",
     "subscribe": "topics",
     "periodic": "schedules",
+    "Workflow": "workflows",
+    "chain": "workflows",
+    "chord": "workflows",
 }
 
 if TYPE_CHECKING:
@@ -53,6 +59,7 @@ if TYPE_CHECKING:
     from .registry import handler
     from .schedules import periodic
     from .topics import Event, publish, publish_many, subscribe
+    from .workflows import Workflow, chain, chord
 
 
 def __getattr__(name: str) -> Any:

@@ -73,6 +73,8 @@ RELEASED = {
     "0023_pause_queue.up.sql": "0912affd2d6fbd7542af3ddbeeb100348d1fb4e7d1d9997b295d56d6f4a5d5dd",
     "0024_snooze.down.sql": "d7c8cf7c7a248983991531409b961083f22c722780ec2166363bbb6d5ffcaf40",
     "0024_snooze.up.sql": "7dfd62447c60fd111f6fc88683bdfa2f86fd9db02191e1ec8181135824d27263",
+    "0027_workflows.down.sql": "6671cc625f6e7f52d4755a37f31e3194d756fd6f8b68af536f7e4a5eabed0863",
+    "0027_workflows.up.sql": "733517507bfd37248e5eec552fbc7236c1029131338f114dd186d602b6a4a9e8",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
