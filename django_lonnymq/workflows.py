@@ -104,6 +104,7 @@ class Workflow:
         self.using = db.alias(using)
         self.steps: list[Step] = []
         self._by_name: dict[str, Step] = {}
+        self._named: dict[str, int] = {}  # default names given per queue
         self._on_failure: tuple[str, str, str, int] | None = None
         self.id: int | None = None
 
@@ -136,10 +137,12 @@ class Workflow:
             "max_attempts", settings.MAX_ATTEMPTS if max_attempts is None else max_attempts, 1, bounds.MAX_ATTEMPTS
         )
         if name is None:
-            name, n = queue, 1
+            n = self._named.get(queue, 0)
+            name = queue if n == 0 else f"{queue}.{n + 1}"
             while name in self._by_name:
                 n += 1
-                name = f"{queue}.{n}"
+                name = f"{queue}.{n + 1}"
+            self._named[queue] = n + 1
         else:
             arguments.name("name", name, bounds.MAX_WORKFLOW_NAME)
             if name in self._by_name:
