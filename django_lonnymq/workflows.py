@@ -352,6 +352,11 @@ def requeue_failed_steps(workflow_id: int, *, using: str | None = None) -> list[
     )
 
 
+def counts(*, using: str | None = None) -> dict[str, int]:
+    """How many workflows are in each state: running, succeeded, failed, cancelled."""
+    return {str(state): int(n) for state, n in db.rows("workflow_counts", using=using)}
+
+
 def prune(older_than: timedelta | float, *, limit: int = 1000, using: str | None = None) -> int:
     """Delete finished workflows (and their steps and outputs) finished more than
     ``older_than`` ago, up to ``limit``; one with a step message still queued, running or

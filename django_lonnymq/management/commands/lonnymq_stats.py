@@ -28,6 +28,7 @@ from django_lonnymq.figures import (
     throughput,
 )
 from django_lonnymq.management.commands.run_queue_worker import check_database, duration
+from django_lonnymq import workflows
 from django_lonnymq.models import QueueSample
 
 COLUMNS = [
@@ -127,10 +128,13 @@ class Command(BaseCommand):
             self._row(sample, *rate, queue_paused=sample.queue in paused)
             for sample, rate in zip(samples, rates, strict=True)
         ]
+        flows = workflows.counts(using=alias)
         if options["json"]:
-            self.stdout.write(json.dumps({"at": timezone.now().isoformat(), "queues": rows}))
+            self.stdout.write(json.dumps({"at": timezone.now().isoformat(), "queues": rows, "workflows": flows}))
         else:
             self.stdout.write(self._table(rows))
+            if any(flows.values()):
+                self.stdout.write("Workflows: " + ", ".join(f"{n:,} {state}" for state, n in flows.items()))
 
     def _rates(self, samples: list[QueueSample], alias: str) -> list[tuple[float | None, float | None]]:
         """(released per minute, net drain per minute) of each sample over the last few minutes,
