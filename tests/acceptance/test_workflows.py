@@ -129,3 +129,24 @@ def test_cancelling_a_running_workflow(spawn, db):
     assert api.cancel_workflow(workflow_id) == 0  # again: nothing to do
     assert worker.stop() == 0, describe(worker)
     assert api.check() == []
+
+
+def test_fairness_a_tenant_with_one_workflow_finishes_before_a_busy_one_does_a_tenth(spawn, db):
+    with transaction.atomic():
+        for n in range(500):
+            flow = Workflow(f"a-{n}", channel="tenant-a")
+            chain(flow, *[("w_step", {"n": n, "i": i}) for i in range(5)])
+            flow.start()
+    flow = Workflow("b", channel="tenant-b")
+    chain(flow, *[("w_step", {"i": i}) for i in range(5)])
+    b_id = flow.start()
+
+    worker = spawn("--queue", "w_step", "--concurrency", "4")
+    wait_until(lambda: state(b_id) == "succeeded", 60, "tenant B's workflow to succeed", worker)
+    a_done = db.scalar(
+        "SELECT count(*) FROM lonnymq_workflow_step s JOIN lonnymq_workflow w ON w.id = s.workflow_id"
+        " WHERE w.channel = 'tenant-a' AND s.state = 'succeeded'"
+    )
+    assert a_done < 250, f"tenant A had {a_done} of 2,500 steps done when B's 5 were"
+    assert worker.stop() == 0, describe(worker)
+    db.rows("DELETE FROM lonnymq_message")
