@@ -96,6 +96,7 @@ def test_the_checks_are_registered():
         "check_health",
         "check_worker_synchronous_commit",
         "check_max_snoozes",
+        "check_workflow_retention",
     }
 
 
@@ -455,3 +456,16 @@ def test_e240_max_snoozes_must_be_a_bounded_integer(value):
 def test_e240_accepts_integers_in_bounds(value):
     with override_settings(LONNYMQ_MAX_SNOOZES=value):
         assert lonnymq_errors() == []
+
+
+def test_workflow_retention_is_none_or_a_bounded_duration(settings):
+    from datetime import timedelta
+
+    from django_lonnymq.checks import check_workflow_retention
+
+    for good in (None, 0, timedelta(days=7), timedelta(days=366)):
+        settings.LONNYMQ_WORKFLOW_RETENTION = good
+        assert check_workflow_retention() == [], good
+    for bad in (-1, timedelta(days=367), "a week", True):
+        settings.LONNYMQ_WORKFLOW_RETENTION = bad
+        assert [e.id for e in check_workflow_retention()] == ["lonnymq.E280"], bad
