@@ -34,3 +34,13 @@ def noop_with_timeout(message: Message) -> None:
 @handler("bench_async")
 async def noop_async(message: Message) -> None:
     """Does nothing, as a task on the worker's event loop."""
+
+
+@handler("bench_step")
+def record_start(message: Message) -> None:
+    """Appends "id start_time" to LONNYMQ_BENCH_LATENCY_FILE (a workflow step's start, for
+    bench/workflows.py: its release time is in lonnymq_workflow_step.released_at)."""
+    started = time.time()
+    path = os.environ["LONNYMQ_BENCH_LATENCY_FILE"]
+    with _lock, open(path, "a") as out:
+        out.write(f"{message.id} {started:.6f}\n")

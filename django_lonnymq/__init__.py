@@ -17,10 +17,13 @@ __all__ = [
     "Message",
     "Retry",
     "Snooze",
+    "Workflow",
     "aenqueue",
     "aenqueue_many",
     "enqueue",
     "enqueue_many",
+    "chain",
+    "chord",
     "handler",
     "periodic",
     "publish",
@@ -46,6 +49,9 @@ _PUBLIC = {
     "subscribe": "topics",
     "periodic": "schedules",
     "queue_database": "routing",
+    "Workflow": "workflows",
+    "chain": "workflows",
+    "chord": "workflows",
 }
 
 if TYPE_CHECKING:
@@ -56,6 +62,7 @@ if TYPE_CHECKING:
     from .routing import queue_database
     from .schedules import periodic
     from .topics import Event, publish, publish_many, subscribe
+    from .workflows import Workflow, chain, chord
 
 
 def __getattr__(name: str) -> Any:

@@ -18,7 +18,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from . import arguments, bounds, db, eager, tracing
+from . import arguments, bounds, db, eager, tracing, workflows
 from .arguments import now_ms  # noqa: F401 - api.now_ms() is part of the API
 from .conf import enqueue_params, settings
 from .durations import duration_ms
@@ -497,10 +497,14 @@ class Problem:
 
 
 def check(*, grace: timedelta | float = 1.0, using: str | None = None) -> list[Problem]:
-    """The channels (and queue-wide caps) whose scheduler state disagrees with their messages
-    (empty: healthy)."""
+    """The channels (and queue-wide caps) whose scheduler state disagrees with their messages,
+    and the workflow steps whose state disagrees with their parents' (empty: healthy)."""
     params = {"grace_ms": duration_ms("grace", grace, bounds.MAX_LEASE)}
-    return [Problem(*row) for row in db.rows("check", params, using=using)]
+    problems = [Problem(*row) for row in db.rows("check", params, using=using)]
+    # Workflow invariants: no waiting step whose parents all succeeded, no released step
+    # with a parent that has not (no channel id: these are about steps).
+    problems.extend(Problem(None, *row) for row in db.rows("workflow_check", using=using))
+    return problems
 
 
 # ---------------------------------------------------------------------------------------
@@ -525,3 +529,20 @@ async def aenqueue_many(queue: str, items: Iterable[Item | Any], **options: Any)
     if not isinstance(items, (list, tuple)):  # a generator must be read here, not in another thread
         items = list(arguments.collection("items", items, "items"))
     return list(await sync_to_async(enqueue_many, thread_sensitive=True)(queue, items, **options))
+
+
+# ---------------------------------------------------------------------------------------
+# Workflows (django_lonnymq.workflows)
+# ---------------------------------------------------------------------------------------
+
+
+def workflow(workflow_id: int, *, using: str | None = None) -> Any:
+    """A workflow's state (running, succeeded, failed, cancelled) and each step's state and
+    times: a :class:`~django_lonnymq.workflows.WorkflowState`."""
+    return workflows.workflow(workflow_id, using=using)
+
+
+def cancel_workflow(workflow_id: int, *, using: str | None = None) -> int:
+    """Cancel a workflow's waiting and queued steps, and its running ones as :func:`cancel`
+    does; see :func:`django_lonnymq.workflows.cancel_workflow`."""
+    return workflows.cancel_workflow(workflow_id, using=using)

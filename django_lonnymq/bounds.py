@@ -45,3 +45,7 @@ MAX_INT4 = 2_147_483_647
 # recurses once per level and stops near 1,000, so a worker could not read a payload much
 # deeper than that; the bound keeps a wide margin below it.
 MAX_PAYLOAD_DEPTH = 100
+# Steps of one workflow (lonnymq_workflow_steps_range in the schema).
+MAX_WORKFLOW_STEPS = 50_000
+# A workflow's name, in characters.
+MAX_WORKFLOW_NAME = 200

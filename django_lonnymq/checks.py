@@ -348,7 +348,8 @@ def _configuration_errors() -> bool:
     """Whether the app's own checks (settings, and its Django Tasks backends: E005, E190...)
     report an error: ``migrate`` runs the checks first and stops on any error."""
     own = (check_database, check_queue_databases, check_settings, check_handler_modules, check_worker_heartbeat,
-           check_sampling, check_handler_timeout, check_health, check_channel_idle_prune)  # fmt: skip
+           check_sampling, check_handler_timeout, check_health, check_channel_idle_prune,
+           check_workflow_retention)  # fmt: skip
     if any(check() for check in own):
         return True
     try:
@@ -357,3 +358,24 @@ def _configuration_errors() -> bool:
         return any(_backend_checks(backend) for backend in lonnymq_backends())
     except Exception:  # no Django Tasks here, or a backend that cannot even be built
         return False
+
+
+@register(Tags.compatibility)
+def check_workflow_retention(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """E290: LONNYMQ_WORKFLOW_RETENTION is None or a duration of at most 366 days."""
+    value = settings.WORKFLOW_RETENTION
+    if value is None:
+        return []
+    try:
+        ms = to_ms(value) if not isinstance(value, bool) else -1
+    except (TypeError, ValueError, OverflowError):
+        ms = -1
+    if 0 <= ms <= to_ms(MAX_INTERVAL):
+        return []
+    return [
+        Error(
+            f"LONNYMQ_WORKFLOW_RETENTION must be None or a duration from 0 to 366 days, got {value!r}.",
+            hint="Use a timedelta or seconds; the default is 7 days (None: finished workflows are kept).",
+            id="lonnymq.E290",
+        )
+    ]

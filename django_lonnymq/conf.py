@@ -92,6 +92,10 @@ DEFAULTS: dict[str, Any] = {
     # live worker serving their queue. The command's flags override both.
     "HEALTH_MAX_READY_AGE": timedelta(minutes=5),
     "HEALTH_REQUIRE_WORKERS": True,
+    # Finished workflows (succeeded, cancelled, or failed with their dead steps purged) are
+    # deleted with their steps and outputs this long after they finished, by the workers'
+    # housekeeping (django_lonnymq.workflows.prune); None: never.
+    "WORKFLOW_RETENTION": timedelta(days=7),
     # Extra modules the worker imports to register handlers (besides each app's handlers.py).
     "HANDLER_MODULES": [],
 }

@@ -51,6 +51,12 @@ class Message:
     # Someone cancelled this message while it ran (set by the worker at its heartbeat): a
     # handler that checks it can stop cleanly before the worker interrupts it.
     cancel_requested: bool = False
+    # A workflow's step (django_lonnymq.workflows): its workflow, its name and its parents'
+    # outputs by step name (the worker fills them in); None and {} for other messages. An
+    # on_failure message carries its workflow_id too.
+    workflow_id: int | None = None
+    step_name: str | None = None
+    parent_outputs: dict[str, Any] = field(default_factory=dict)
     _extend: Callable[[Message, timedelta | float | None], None] | None = field(
         default=None, repr=False, compare=False
     )

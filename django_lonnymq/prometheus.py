@@ -11,6 +11,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 
 from .alarms import live_workers, paused_queues
+from . import workflows
 from .models import QueueSample
 from .routing import databases_of
 
@@ -93,6 +94,12 @@ class QueueCollector:
         for sample in samples:
             released.add_metric([sample.queue], sample.released_total)
         yield released
+        flows = GaugeMetricFamily(
+            "lonnymq_workflows", "Workflows by state (running, succeeded, failed, cancelled).", labels=["state"]
+        )
+        for state, n in workflows.counts(using=self.using).items():
+            flows.add_metric([state], n)
+        yield flows
 
 
 def metrics(request: HttpRequest) -> HttpResponse:

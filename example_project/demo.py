@@ -15,7 +15,10 @@
    ``ingest`` with ``django_lonnymq.spark.export()``, exports it again (which must enqueue
    nothing), lets burst workers drain it and shows that the 999 small tenants did not wait
    for the big one.
-7. A verdict over both parts. Exits non-zero if anything is off.
+7. The workflow step (example_project/workflows_demo.py): one workflow per tenant, fetch ->
+   3 parse -> merge, each started in its own transaction; a burst worker runs them and the
+   step checks every workflow succeeded, each step ran once, each merge saw all its parts.
+8. A verdict over all parts. Exits non-zero if anything is off.
 
 "Done" counts come from ``tenants_jobrun``, which the handler writes after a job's work and
 before the worker acks it; at the end the demo also checks that no message is left in the
@@ -513,6 +516,13 @@ def debounce_step() -> list[str]:
         return [f"debounce step failed: {type(exc).__name__}: {exc}"]
 
 
+def workflow_step() -> list[str]:
+    """One workflow per tenant, fetch -> 3 parse -> merge (example_project/workflows_demo.py); one line."""
+    from example_project.workflows_demo import run_workflow_step
+
+    return run_workflow_step()
+
+
 def spark_step(args: argparse.Namespace) -> list[str]:
     """Run example_project/spark_demo.py's step (unless --no-spark); returns its problems."""
     if not args.spark:
@@ -651,6 +661,7 @@ def main() -> int:
     problems += periodic_report(table, time.monotonic() - t0)
     problems += topic_step()
     problems += debounce_step()
+    problems += workflow_step()
     problems += weighted_share(tenants, table)
     problems += tier_change_step()
     problems += spark_step(args)
@@ -663,7 +674,8 @@ def main() -> int:
         return 1
     print(
         "RESULT: OK (every job ran once, nothing left or dead, scheduler state consistent, "
-        "the debounced document re-indexed once with its last revision, tier change applied"
+        "the debounced document re-indexed once with its last revision, tier change applied, "
+        "every tenant's workflow succeeded"
         + (", Spark export exactly once)" if args.spark else ")")
     )
     return 0

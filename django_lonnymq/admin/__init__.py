@@ -5,7 +5,8 @@ imported (Django's admin autodiscovery imports it).
   the dashboard
 - :mod:`.messages` and :mod:`.dead_messages`: the read-only lists and their actions
 - :mod:`.limits`: queue-wide limits; :mod:`.plans`: plans (named sets of limits); :mod:`.schedules`: periodic schedules;
-  :mod:`.topics`: subscriptions and unrouted events; :mod:`.workers`: the worker list
+  :mod:`.topics`: subscriptions and unrouted events; :mod:`.workers`: the worker list;
+  :mod:`.workflows`: workflows, their graphs and actions
 - :mod:`.dashboard`: the dashboard page; :mod:`.charts`: its SVG charts (pure drawing)
 - :mod:`.common`: what the pages share (times, counts, permissions, batches, the rate field,
   the queue filter). Pages import it, never each other (the channel page routes the
@@ -28,4 +29,5 @@ from . import (  # noqa: F401 - importing a page registers it
     schedules,
     topics,
     workers,
+    workflows,
 )

@@ -21,7 +21,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import urlencode
 
-from .. import alarms, api, db
+from .. import alarms, api, db, workflows
 from ..conf import settings
 from ..exceptions import InvalidArgument
 from ..figures import (
@@ -179,6 +179,7 @@ def dashboard_context(request: HttpRequest, *, using: str | None = None) -> dict
         "backlog_chart": backlog_chart(drawn),
         "throughput_chart": throughput_chart(drawn),
         "drain_chart": drain_chart(drawn),
+        "workflows": workflows.counts(using=alias),
         "now": now,
         # Several databases hold queues: the page shows one (?database=), with links to the others.
         "databases": queue_databases() if several_databases() else [],

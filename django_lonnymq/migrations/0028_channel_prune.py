@@ -22,7 +22,7 @@ REPLACED = ("lonnymq_queue_stats_v2",)
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_lonnymq", "0025_dedup_modes"),
+        ("django_lonnymq", "0027_workflows"),
     ]
 
     operations = [

@@ -256,3 +256,57 @@ SELECT m.id FROM lonnymq_message m WHERE m.id = ANY (%(ids)s::bigint[])
 -- name: prune_channels
 -- Idle, empty channels nobody configured, deleted in one batch (the workers' housekeeping).
 SELECT lonnymq_prune_channels_v1(%(idle_ms)s::bigint, %(limit)s::integer)
+-- name: workflow_start
+-- A workflow, its steps and edges, and the messages of its steps without parents, in the
+-- caller's transaction (django_lonnymq.workflows).
+SELECT lonnymq_workflow_start_v1(%(name)s::text, %(channel)s::text, %(names)s::text[], %(queues)s::text[],
+                                 %(channels)s::text[], %(payloads)s::jsonb[], %(delays_ms)s::bigint[],
+                                 %(max_attempts)s::integer[], %(edge_parents)s::integer[],
+                                 %(edge_children)s::integer[], %(on_failure_queue)s::text,
+                                 %(on_failure_channel)s::text, %(on_failure_payload)s::jsonb,
+                                 %(on_failure_max_attempts)s::integer, %(tolerance_ms)s::bigint)
+
+-- name: workflow_ack
+-- The worker's ack of step messages: ack, record outputs, release ready children.
+SELECT lonnymq_workflow_ack_v1(%(ids)s::bigint[], %(tokens)s::uuid[], %(outputs)s::jsonb[], %(tolerance_ms)s::bigint)
+
+-- name: workflow_inputs
+-- What a worker gives a step's handler: its name, and its parents' outputs by name.
+SELECT s.id, s.name,
+       coalesce((SELECT pg_catalog.jsonb_object_agg(p.name, coalesce(p.output, 'null'::jsonb))
+                   FROM lonnymq_workflow_edge e JOIN lonnymq_workflow_step p ON p.id = e.parent_id
+                  WHERE e.child_id = s.id), '{}'::jsonb)
+  FROM lonnymq_workflow_step s WHERE s.id = ANY (%(ids)s::bigint[])
+
+-- name: workflow_cancel
+WITH marked AS MATERIALIZED (
+    SELECT lonnymq_workflow_cancel_v1(%(id)s::bigint) AS running
+)
+SELECT coalesce(pg_catalog.cardinality(m.running), 0) FROM marked m
+
+-- name: workflow_state
+SELECT w.id, w.name, w.channel, w.state, w.steps, w.remaining, w.dead, w.created_at, w.finished_at,
+       w.on_failure_message_id
+  FROM lonnymq_workflow w WHERE w.id = %(id)s::bigint
+
+-- name: workflow_steps
+-- A workflow's steps (running: its message is leased now), with their parents' ids.
+SELECT s.id, s.name, s.queue, s.channel,
+       CASE WHEN s.state = 'queued' AND m.lease_until IS NOT NULL THEN 'running' ELSE s.state END,
+       s.output, s.created_at, s.released_at, s.finished_at, m.attempts,
+       coalesce((SELECT pg_catalog.array_agg(e.parent_id ORDER BY e.parent_id)
+                   FROM lonnymq_workflow_edge e WHERE e.child_id = s.id), ARRAY[]::bigint[])
+  FROM lonnymq_workflow_step s LEFT JOIN lonnymq_message m ON m.id = s.id
+ WHERE s.workflow_id = %(id)s::bigint
+ ORDER BY s.id
+
+-- name: workflow_prune
+SELECT lonnymq_workflow_prune_v1(%(older_than_ms)s::bigint, %(limit)s::integer)
+
+-- name: workflow_check
+SELECT queue, channel, problem, detail FROM lonnymq_workflow_check_v1() ORDER BY workflow_id, step_id, problem
+
+-- name: workflow_failed_steps
+-- The dead steps of a workflow (their messages are in the dead-letter table).
+SELECT s.id FROM lonnymq_workflow_step s JOIN lonnymq_dead_message d ON d.id = s.id
+ WHERE s.workflow_id = %(id)s::bigint AND s.state = 'dead' ORDER BY s.id

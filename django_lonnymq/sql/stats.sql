@@ -87,3 +87,9 @@ SELECT c.id, c.name, c.paused, c.max_concurrency, c.in_flight, c.weight, c.relea
   FROM top JOIN lonnymq_channel c ON c.id = top.id CROSS JOIN now_ms
   LEFT JOIN lonnymq_channel_counts_v1(ARRAY(SELECT id FROM top), %(cap)s::integer) n ON n.channel_id = c.id
  ORDER BY top.not_ready, top.head_at NULLS LAST, c.in_flight DESC, c.name
+
+-- name: workflow_counts
+-- Workflows by state (lonnymq_stats, /metrics, the dashboard).
+SELECT s.state, (SELECT pg_catalog.count(*) FROM lonnymq_workflow w WHERE w.state = s.state)
+  FROM pg_catalog.unnest(ARRAY['running', 'succeeded', 'failed', 'cancelled']::text[]) WITH ORDINALITY AS s(state, n)
+ ORDER BY s.n

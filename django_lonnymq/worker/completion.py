@@ -66,7 +66,11 @@ class Completion:
             return
         recorded: list[Outcome] = []
         try:
-            acks = [o for o in done if o.action == "ack"]
+            step_acks = [o for o in done if o.action == "ack" and o.message.step_name is not None]
+            if step_acks:
+                self._ack_steps(step_acks)
+                recorded.extend(step_acks)
+            acks = [o for o in done if o.action == "ack" and o.message.step_name is None]
             if acks:
                 ids = array_literal(o.message.id for o in acks)
                 tokens = array_literal(o.message.lease_token for o in acks)
@@ -95,6 +99,32 @@ class Completion:
             raise
         finally:
             self.held.drop(outcome.message.id for outcome in recorded)
+
+    def _ack_steps(self, acks: list[Outcome]) -> None:
+        """Ack workflow steps with their outputs; the same call releases their ready children."""
+        acked = set(
+            self.connection.value(
+                "workflow_ack",
+                {
+                    "ids": [o.message.id for o in acks],
+                    "tokens": [o.message.lease_token for o in acks],
+                    "outputs": [o.output for o in acks],
+                    "tolerance_ms": settings.ms("WAKE_TOLERANCE"),
+                },
+            )
+            or []
+        )
+        self.stats.acked += len(acked)
+        missing = [o for o in acks if o.message.id not in acked]
+        gone = self._gone([o.message.id for o in missing if o.resent])
+        for outcome in acks:
+            if outcome.message.id in acked or outcome.message.id in gone:
+                self.observers.acked(outcome.message)
+        for outcome in missing:
+            if outcome.message.id in gone:
+                self.stats.acked += 1  # the ack sent before the connection dropped committed
+            else:
+                self._lost(outcome.message)
 
     def _gone(self, ids: list[int]) -> set[int]:
         """Of ``ids``, those no longer in the message table."""

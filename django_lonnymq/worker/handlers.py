@@ -179,11 +179,11 @@ class Handlers:
             if message.cancel_requested:
                 outcome = Outcome(message, "cancelled", error="cancelled before its handler started")
             else:
-                _, interrupted, exc = await self.control.arun(
+                result, interrupted, exc = await self.control.arun(
                     message,
                     lambda: self.handlers[message.queue](message),  # type: ignore[arg-type, return-value]
                 )
-                found = Outcome(message, "ack") if exc is None else outcomes.outcome_of(message, exc)
+                found = outcomes.acked(message, result) if exc is None else outcomes.outcome_of(message, exc)
                 timeout = self.control.timeouts.get(message.queue)
                 outcome = outcomes.after_interrupt(message, found, interrupted, timeout)
         except BaseException as exc:  # a bug of ours around the handler, not the handler's

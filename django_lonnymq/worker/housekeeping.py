@@ -106,7 +106,8 @@ class Leases:
 
 
 class Reaper:
-    """Gives expired leases back to their queue, every ``LONNYMQ_REAP_INTERVAL``."""
+    """Gives expired leases back to their queue, every ``LONNYMQ_REAP_INTERVAL``, and
+    deletes workflows finished more than ``LONNYMQ_WORKFLOW_RETENTION`` ago (100 a time)."""
 
     def __init__(self, connection: ControlConnection, stats: Stats):
         self.connection = connection
@@ -129,6 +130,13 @@ class Reaper:
         if reaped:
             self.stats.reaped += int(reaped)
             logger.info("recovered %d message(s) whose lease expired", reaped)
+        retention = settings.WORKFLOW_RETENTION
+        if retention is not None:
+            pruned = self.connection.value(
+                "workflow_prune", {"older_than_ms": to_ms(retention), "limit": 100}
+            )
+            if pruned:
+                logger.info("pruned %d finished workflow(s)", pruned)
 
 
 def idle_prune_ms() -> int | None:

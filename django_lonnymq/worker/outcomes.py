@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from .. import arguments
 from ..conf import to_ms
-from ..exceptions import Discard, Interrupted, Retry, Snooze
+from ..exceptions import Discard, Interrupted, InvalidArgument, Retry, Snooze
 from ..jsontext import Undecodable
 from ..message import Message
 from .running import TIMEOUT
@@ -45,6 +46,8 @@ class Outcome:
     delay_ms: int | None = None
     # Sent once already when the connection dropped: that call may have committed.
     resent: bool = False
+    # A workflow step's output: the handler's return value as JSON text (None: null).
+    output: str | None = None
 
 
 def message_from_row(
@@ -103,9 +106,21 @@ def run(handle: Callable[[Message], object], message: Message) -> Outcome:
         if isinstance(result, Awaitable):
             getattr(result, "close", lambda: None)()
             return Outcome(message, "fail", error="the handler returned an awaitable: declare it async def")
-        return Outcome(message, "ack")
+        return acked(message, result)
     except BaseException as exc:
         return outcome_of(message, exc)
+
+
+def acked(message: Message, result: object) -> Outcome:
+    """A handler returned ``result``: an ack; a workflow step's output is the result as
+    JSON, and an output that is not JSON or is over LONNYMQ_MAX_PAYLOAD_BYTES fails the run."""
+    if message.step_name is None or result is None:
+        return Outcome(message, "ack")
+    try:
+        output = arguments.payload(result, "output")
+    except InvalidArgument as exc:
+        return Outcome(message, "fail", error=f"the step's output was refused: {exc}")
+    return Outcome(message, "ack", output=output)
 
 
 def outcome_of(message: Message, exc: BaseException) -> Outcome:

@@ -123,3 +123,43 @@ def thumbnails(message: Message) -> None:
 def notify(message: Message) -> None:
     """Group two of ``video.uploaded``: pretend to tell the tenant's followers."""
     _record(message)
+
+
+# -- the demo's workflow step (example_project/workflows_demo.py) ------------------------
+
+
+def _record(message: Message) -> None:
+    now = timezone.now()
+    JobRun.objects.create(
+        queue=message.queue,
+        message_id=message.id,
+        tenant=message.channel,
+        seconds=0.0,
+        attempt=message.attempt,
+        worker_pid=os.getpid(),
+        started_at=now,
+        finished_at=now,
+    )
+
+
+@handler("wf_fetch")
+def workflow_fetch(message: Message) -> dict[str, int]:
+    """A workflow's first step: "fetch" a file of ``rows`` rows; its output is the row count."""
+    _record(message)
+    return {"rows": int(message.payload["rows"])}
+
+
+@handler("wf_parse")
+def workflow_parse(message: Message) -> dict[str, int]:
+    """Parse one part of the fetched file (a fan-out step): reads the fetch step's output."""
+    _record(message)
+    rows = message.parent_outputs["fetch"]["rows"]
+    part, parts = int(message.payload["part"]), int(message.payload["parts"])
+    return {"rows": len(range(part, rows, parts))}
+
+
+@handler("wf_merge")
+def workflow_merge(message: Message) -> dict[str, int]:
+    """The fan-in: runs once, after every part, and adds up their outputs."""
+    _record(message)
+    return {"rows": sum(output["rows"] for output in message.parent_outputs.values())}

@@ -457,6 +457,15 @@ def _statements(ids: dict[str, Any]) -> list[tuple[str, Any]]:
         ("estimated_rows", {"table": "lonnymq_message"}),
         ("expired_leases", {"grace_ms": 1_000}),
         ("queue_tenants", {"queue": q, "limit": 20, "cap": 100}),
+        ("workflow_start", {"name": "lookalike", "channel": None, "names": ["a", "b"], "queues": [q, q],
+                            "channels": ["a", "a"], "payloads": ["{}", "{}"], "delays_ms": [0, 0],
+                            "max_attempts": [5, 5], "edge_parents": [1], "edge_children": [2],
+                            "on_failure_queue": None, "on_failure_channel": None, "on_failure_payload": None,
+                            "on_failure_max_attempts": None, "tolerance_ms": 50}),
+        ("workflow_ack", {"ids": [], "tokens": [], "outputs": [], "tolerance_ms": 50}),
+        ("workflow_check", {}),
+        ("workflow_cancel", lambda: {"id": ids["workflow"]}),
+        ("workflow_prune", {"older_than_ms": 60_000, "limit": 10}),
     ]
     # fmt: on
 
@@ -478,6 +487,8 @@ def test_every_named_statement_calls_the_real_function_past_planted_lookalikes(l
         # A planted function would raise "planted ... ran"; a tie, AmbiguousFunction.
         found = conn.execute(sql.query(name), params() if callable(params) else params)
         results[name] = found.fetchall() if found.description is not None else []
+        if name == "workflow_start":
+            ids["workflow"] = results[name][0][0]
         if name == "dequeue":
             ids["leased"] = [row[0] for row in results[name]]
             ids["tokens"] = [row[8] for row in results[name]]
@@ -494,6 +505,7 @@ def test_every_named_statement_calls_the_real_function_past_planted_lookalikes(l
     assert results["worker_stop"] and results["subscribe"] == [(1,)] and len(results["publish"]) == 1
     assert results["sync_schedules"] == [(0, 0, 0)] and results["fire_schedule"] == [(None,)]
     assert results["snooze"] == [("snoozed",)] and results["pause_queue"] == [(True,)]
+    assert results["workflow_cancel"] == [(0,)] and results["workflow_ack"] == [([],)]
 
 
 def test_a_lookalike_taking_every_argument_and_one_more_makes_the_call_ambiguous_never_run(connect, dsn):

@@ -79,6 +79,8 @@ RELEASED = {
     "0028_channel_prune.up.sql": "ea2cc604e993d4fd3785acf8aac2baee6b2b8a59856a2e2c16474075e1b5d21b",
     "0026_plans.down.sql": "c511d1e6d70ef29c8c58e6d6dd71e7731a93b4134b616520e1d45d48d19bdd8e",
     "0026_plans.up.sql": "ee66f707d629f2da686d4bc754270da214034956e86dc6a30bd263b7b4e08de3",
+    "0027_workflows.down.sql": "6671cc625f6e7f52d4755a37f31e3194d756fd6f8b68af536f7e4a5eabed0863",
+    "0027_workflows.up.sql": "733517507bfd37248e5eec552fbc7236c1029131338f114dd186d602b6a4a9e8",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

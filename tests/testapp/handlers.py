@@ -92,3 +92,62 @@ def retry_later(message: Message) -> None:
     record(message, "retry" if message.attempt == 1 else "done")
     if message.attempt == 1:
         raise Retry(delay=0.2, reason="come back later")
+
+
+# -- workflows (tests/acceptance/test_workflows.py) --------------------------------------
+
+
+def record_step(message: Message, event: str) -> None:
+    """A step's delivery, its payload column holding its name and parents' outputs."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO testapp_delivery (message_id, queue, channel, attempt, event, pid, payload)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb)",
+            [
+                message.id,
+                message.queue,
+                message.channel,
+                message.attempt,
+                event,
+                os.getpid(),
+                __import__("json").dumps(
+                    {"step": message.step_name, "workflow": message.workflow_id, "parents": message.parent_outputs}
+                ),
+            ],
+        )
+
+
+@handler("w_step")
+def workflow_step(message: Message) -> dict[str, object]:
+    """Records its run; its output is its name and how many parent outputs it saw."""
+    record_step(message, "done")
+    time.sleep(float(message.payload.get("seconds", 0)))
+    return {"name": message.step_name, "seen": sorted(message.parent_outputs)}
+
+
+@handler("w_flaky")
+def workflow_flaky(message: Message) -> str:
+    """Fails until the row ('w_flaky_ok') is in testapp_inflight."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM testapp_inflight WHERE channel = 'w_flaky_ok'")
+        ok = cursor.fetchone() is not None
+    record_step(message, "done" if ok else "fail")
+    if not ok:
+        raise RuntimeError("not yet")
+    return "fixed"
+
+
+@handler("w_slow")
+def workflow_slow(message: Message) -> None:
+    """Runs until cancelled (checks message.cancel_requested), at most 30 s."""
+    record_step(message, "start")
+    deadline = time.monotonic() + 30
+    while not message.cancel_requested and time.monotonic() < deadline:
+        time.sleep(0.02)
+    record_step(message, "stopped")
+
+
+@handler("w_failed")
+def workflow_failed(message: Message) -> None:
+    """A workflow's on_failure message."""
+    record_step(message, "on_failure")

@@ -98,6 +98,7 @@ def test_the_checks_are_registered():
         "check_worker_synchronous_commit",
         "check_max_snoozes",
         "check_channel_idle_prune",
+        "check_workflow_retention",
     }
 
 
@@ -476,3 +477,14 @@ def test_e280_channel_idle_prune_must_be_none_or_a_bounded_duration(value):
 def test_e280_accepts_none_and_durations_in_bounds(value):
     with override_settings(LONNYMQ_CHANNEL_IDLE_PRUNE=value):
         assert lonnymq_errors() == []
+def test_workflow_retention_is_none_or_a_bounded_duration(settings):
+    from datetime import timedelta
+
+    from django_lonnymq.checks import check_workflow_retention
+
+    for good in (None, 0, timedelta(days=7), timedelta(days=366)):
+        settings.LONNYMQ_WORKFLOW_RETENTION = good
+        assert check_workflow_retention() == [], good
+    for bad in (-1, timedelta(days=367), "a week", True):
+        settings.LONNYMQ_WORKFLOW_RETENTION = bad
+        assert [e.id for e in check_workflow_retention()] == ["lonnymq.E290"], bad

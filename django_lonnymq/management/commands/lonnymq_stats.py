@@ -27,6 +27,7 @@ from django_lonnymq.figures import (
     throughput,
 )
 from django_lonnymq.management.commands.run_queue_worker import check_database, duration
+from django_lonnymq import workflows
 from django_lonnymq.models import QueueSample
 from django_lonnymq.routing import databases_of
 
@@ -120,10 +121,16 @@ class Command(BaseCommand):
                 if len(aliases) > 1:
                     row["database"] = alias
                 rows.append(row)
+        flows: dict[str, int] = {}
+        for alias in aliases:
+            for state, n in workflows.counts(using=alias).items():
+                flows[state] = flows.get(state, 0) + n
         if options["json"]:
-            self.stdout.write(json.dumps({"at": timezone.now().isoformat(), "queues": rows}))
+            self.stdout.write(json.dumps({"at": timezone.now().isoformat(), "queues": rows, "workflows": flows}))
         else:
             self.stdout.write(self._table(rows))
+            if any(flows.values()):
+                self.stdout.write("Workflows: " + ", ".join(f"{n:,} {state}" for state, n in flows.items()))
 
     def _rows(self, options: dict[str, Any], alias: str) -> list[dict[str, Any]]:
         wanted = options["queues"]

@@ -1,0 +1,215 @@
+"""Workflows on the real database, without workers: bad input is refused before anything is
+written; 10,000 steps start; waiting steps stay out of the message table; a child is released
+exactly once, and never before all its parents, under concurrent (and duplicate) acks from
+several connections; pruning; the check's invariants."""
+
+from __future__ import annotations
+
+import threading
+
+import psycopg
+import pytest
+from django.db import connection
+
+from django_lonnymq import Workflow, api, chain, chord, sql
+from django_lonnymq.bounds import MAX_WORKFLOW_STEPS
+from django_lonnymq.exceptions import InvalidArgument, PayloadError
+from django_lonnymq.workflows import prune
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def count(table: str) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM {table}")
+        return cursor.fetchone()[0]
+
+
+def nothing_written() -> None:
+    assert count("lonnymq_workflow") == 0 and count("lonnymq_workflow_step") == 0
+    assert count("lonnymq_message") == 0
+
+
+def refused(field: str, rule: str, build) -> None:
+    with pytest.raises(InvalidArgument) as raised:
+        build()
+    assert raised.value.field == field and rule in str(raised.value), raised.value
+    nothing_written()
+
+
+def test_bad_input_is_refused_naming_the_field_and_nothing_is_written():
+    def cycle():
+        flow = Workflow("cycle")
+        flow.step("q", {}, name="a", after=["c"])
+        flow.step("q", {}, name="b", after=["a"])
+        flow.step("q", {}, name="c", after=["b"])
+        flow.start()
+
+    refused("after", "must not form a cycle", cycle)
+
+    def itself():
+        flow = Workflow("self")
+        flow.step("q", {}, name="a", after=["a"])
+
+    refused("after", "must not name the step itself", itself)
+
+    def other_workflow():
+        one, two = Workflow("one"), Workflow("two")
+        parent = one.step("q", {})
+        two.step("q", {}, after=[parent])
+
+    refused("after", "must name steps of the same workflow", other_workflow)
+
+    def unknown_name():
+        flow = Workflow("unknown")
+        flow.step("q", {}, after=["nope"])
+        flow.start()
+
+    refused("after", "must name a step of this workflow", unknown_name)
+
+    def duplicate_name():
+        flow = Workflow("dup")
+        flow.step("q", {}, name="x")
+        flow.step("q", {}, name="x")
+
+    refused("name", "must be unique", duplicate_name)
+
+    def too_many():
+        flow = Workflow("big")
+        flow.steps = [None] * MAX_WORKFLOW_STEPS  # as if that many were declared
+        flow.step("q", {})
+
+    refused("steps", f"at most {MAX_WORKFLOW_STEPS}", too_many)
+    refused("steps", "at least 1", lambda: Workflow("empty").start())
+    refused("queue", "characters", lambda: Workflow("q").step("", {}))
+
+    def payload_too_big():
+        Workflow("big payload").step("q", "x" * (9 * 1024 * 1024))
+
+    with pytest.raises(PayloadError):
+        payload_too_big()
+    nothing_written()
+
+
+def test_starting_twice_is_refused(transactional_db):
+    flow = Workflow("twice")
+    flow.step("q", {})
+    workflow_id = flow.start()
+    with pytest.raises(InvalidArgument) as raised:
+        flow.start()
+    assert raised.value.field == "workflow" and "started already" in str(raised.value)
+    with pytest.raises(InvalidArgument):
+        flow.step("q", {})
+    assert count("lonnymq_workflow") == 1 and api.workflow(workflow_id).steps_total == 1
+
+
+def test_the_sql_function_refuses_a_backward_edge_too(connect):
+    conn = connect()
+    with pytest.raises(psycopg.Error) as raised:
+        conn.execute(
+            sql.query("workflow_start"),
+            {"name": "raw", "channel": None, "names": ["a", "b"], "queues": ["q", "q"], "channels": ["d", "d"],
+             "payloads": ["{}", "{}"], "delays_ms": [0, 0], "max_attempts": [1, 1], "edge_parents": [2],
+             "edge_children": [1], "on_failure_queue": None, "on_failure_channel": None,
+             "on_failure_payload": None, "on_failure_max_attempts": None, "tolerance_ms": 50},
+        )  # fmt: skip
+    assert raised.value.sqlstate == "LQ001" and "no cycle" in str(raised.value)
+    nothing_written()
+
+
+def test_ten_thousand_steps_start_and_only_the_roots_are_messages():
+    flow = Workflow("wide", channel="tenant")
+    root = flow.step("wf_root", {})
+    parts = [flow.step("wf_part", {"i": i}, after=[root]) for i in range(9_998)]
+    chord(flow, parts, ("wf_merge", {}))
+    workflow_id = flow.start()
+    info = api.workflow(workflow_id)
+    assert info.steps_total == 10_000 and info.state == "running"
+    assert count("lonnymq_message") == 1
+    assert count("lonnymq_workflow_edge") == 9_998 * 2
+    assert api.check() == []
+
+
+def lease(conn, queue: str) -> list[tuple[int, object]]:
+    found = conn.execute(sql.query("dequeue"), {"queue": queue, "batch_size": 1000, "lease_ms": 60_000,
+                                                 "worker": "t", "tolerance_ms": 0}).fetchall()  # fmt: skip
+    return [(row[0], row[8]) for row in found]
+
+
+def ack(conn, ids_tokens, output='"ok"') -> list[int]:
+    return conn.execute(
+        sql.query("workflow_ack"),
+        {"ids": [i for i, _ in ids_tokens], "tokens": [t for _, t in ids_tokens],
+         "outputs": [output] * len(ids_tokens), "tolerance_ms": 0},
+    ).fetchone()[0]  # fmt: skip
+
+
+def test_concurrent_duplicate_acks_release_a_fan_in_exactly_once_and_only_after_every_parent(connect):
+    parents = 12
+    flow = Workflow("fan-in")
+    root = flow.step("wf_root", {})
+    tops = [flow.step("wf_part", {"i": i}, after=[root], name=f"p{i}") for i in range(parents)]
+    flow.step("wf_merge", {}, after=tops, name="merge")
+    workflow_id = flow.start()
+    main = connect()
+    ack(main, lease(main, "wf_root"))
+    leased = lease(main, "wf_part")
+    assert len(leased) == parents
+
+    # All but the last parent: each acked by two connections at once (a step run twice).
+    threads_n = 2 * (parents - 1)
+    barrier = threading.Barrier(threads_n, timeout=10)
+    results: list = [None] * threads_n
+
+    def body(index: int) -> None:
+        conn = psycopg.connect(main.info.dsn, autocommit=True)
+        try:
+            barrier.wait()
+            results[index] = ack(conn, [leased[index // 2]], output=f'{{"p": {index // 2}}}')
+        except Exception as exc:
+            results[index] = exc
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(threads_n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not any(t.is_alive() for t in threads), "an ack hung (deadlock?)"
+    assert not [r for r in results if isinstance(r, Exception)], results
+    acked = sorted(i for r in results for i in r)
+    assert acked == sorted(i for i, _ in leased[:-1]), "each step acked once"
+    # The last parent has not succeeded: merge waits, out of the message table.
+    info = api.workflow(workflow_id)
+    assert info.step("merge").state == "waiting"
+    assert lease(main, "wf_merge") == []
+    assert api.check() == []
+
+    assert ack(main, leased[-1:]) == [leased[-1][0]]
+    assert ack(main, leased[-1:]) == []  # a duplicate after the fact acks nothing
+    [(merge_id, token)] = lease(main, "wf_merge")
+    assert main.execute("SELECT releases FROM lonnymq_workflow_step WHERE id = %s", [merge_id]).fetchone() == (1,)
+    assert api.check() == []
+    ack(main, [(merge_id, token)])
+    info = api.workflow(workflow_id)
+    assert info.state == "succeeded" and info.remaining == 0
+    assert info.step("p3").output == {"p": 3}
+    assert prune(0) == 1 and count("lonnymq_workflow_step") == 0 and count("lonnymq_workflow_edge") == 0
+
+
+def test_the_check_reports_a_broken_invariant(connect):
+    flow = Workflow("broken")
+    chain(flow, ("wf_a", {}), ("wf_b", {}))
+    workflow_id = flow.start()
+    conn = connect()
+    conn.execute("UPDATE lonnymq_workflow_step SET state = 'succeeded' WHERE workflow_id = %s AND pending = 0",
+                 [workflow_id])  # fmt: skip
+    assert [p.problem for p in api.check()] == ["workflow_step_not_released"]
+    conn.execute("UPDATE lonnymq_workflow_step SET state = 'queued' WHERE workflow_id = %s AND pending = 0",
+                 [workflow_id])  # fmt: skip
+    conn.execute("UPDATE lonnymq_workflow_step SET releases = 1, pending = 0, state = 'queued'"
+                 " WHERE workflow_id = %s AND releases = 0", [workflow_id])  # fmt: skip
+    assert [p.problem for p in api.check()] == ["workflow_step_released_early"]
+    api.cancel_workflow(workflow_id)
+    conn.execute("DELETE FROM lonnymq_message")
