@@ -15,6 +15,10 @@ before the messages are enqueued, so the time is the drain's and not Django's st
 fill is one transaction of ``enqueue_many`` calls of 10,000. The server here runs with
 autovacuum off: nothing vacuums between the drains but what the queue does itself.
 
+``--ab`` runs every step twice in each run, interleaved: once with the workers' own VACUUM
+turned off (``LONNYMQ_VACUUM_THRESHOLD = None``: the queue before it had one) and once as
+configured; each step's ratio is then taken against the same variant's fresh drain.
+
 Printed per drain: the rate (median of ``--runs`` runs) and its ratio to the same run's
 fresh drain, the fewest messages any one worker fetched (0: a worker took no part), and the
 channel table's dead and live row versions, updates and HOT updates after the drain.
@@ -23,6 +27,7 @@ channel table's dead and live row versions, updates and HOT updates after the dr
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -47,11 +52,18 @@ def table_stats(conn, table: str = "lonnymq_channel") -> dict[str, int]:
     return dict(zip(keys, (int(v) for v in row), strict=True))
 
 
-def drain(url: str, conn, workers: int, names: list[str]) -> tuple[float, list[float]]:
+def drain(url: str, conn, workers: int, names: list[str], vacuum: str) -> tuple[float, list[float]]:
     """Enqueue one message per name (in order) in one transaction and time the drain; the
-    messages each worker fetched."""
+    messages each worker fetched. ``vacuum``: the workers' LQ_BENCH_VACUUM_THRESHOLD ("" for
+    the setting's default, "off")."""
     cell = Workers(url, conn, workers, ["--burst", "--concurrency", "1", "--batch-size", "100"])
-    cell.serve_from(core.ROOT)
+    if vacuum:
+        # Workers.serve_from starts them through core.start_worker, which passes os.environ.
+        os.environ["LQ_BENCH_VACUUM_THRESHOLD"] = vacuum
+    try:
+        cell.serve_from(core.ROOT)
+    finally:
+        os.environ.pop("LQ_BENCH_VACUUM_THRESHOLD", None)
     try:
         with conn.transaction():
             for start in range(0, len(names), 10_000):
@@ -67,7 +79,7 @@ def drain(url: str, conn, workers: int, names: list[str]) -> tuple[float, list[f
     return len(names) / elapsed, [core.worker_stats(p).get("fetched", 0.0) for p in procs]
 
 
-def one_run(url: str, conn, n: int, channels: int, workers: int) -> dict[str, dict[str, float]]:
+def one_run(url: str, conn, n: int, channels: int, workers: int, vacuum: str) -> dict[str, dict[str, float]]:
     many = [f"tenant-{i % channels}" for i in range(n)]
     one = ["busy"] * n
     hot = [name for i in range(n // 2) for name in ("hot", f"tenant-{i % channels}")]
@@ -76,13 +88,13 @@ def one_run(url: str, conn, n: int, channels: int, workers: int) -> dict[str, di
         if step in ("fresh", "many"):
             core.reset(conn)
         before = table_stats(conn)
-        rate, fetched = drain(url, conn, workers, names)
+        rate, fetched = drain(url, conn, workers, names, vacuum)
         stats = table_stats(conn)
         # Updates and HOT updates of this drain (the counters run on across a TRUNCATE).
         stats["upd"] -= before["upd"]
         stats["hot"] -= before["hot"]
         out[step] = {"rate": rate, "least": min(fetched), **stats}
-        core.log(f"  {step}: {rate:,.0f} msg/s, fetched per worker {[int(f) for f in fetched]}, channel table {stats}")
+        core.log(f"  {vacuum or 'vacuum'} {step}: {rate:,.0f} msg/s, fetched per worker {[int(f) for f in fetched]}, channel table {stats}")
     return out
 
 
@@ -94,6 +106,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="20,000 messages, 2 runs")
+    parser.add_argument(
+        "--ab", action="store_true", help="also run every step with the workers' own VACUUM off (the queue before it)"
+    )
     parser.add_argument("--no-setup", action="store_true", help="reuse the database of a previous run")
     args = parser.parse_args(argv)
     if args.quick:
@@ -107,26 +122,32 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.messages:,} messages per drain, {args.channels:,} channels, {args.workers} workers "
         f"(--burst --concurrency 1 --batch-size 100), autovacuum={autovacuum}, medians of {args.runs} runs"
     )
-    runs = []
+    variants = ["off", ""] if args.ab else [""]
+    runs: dict[str, list[dict[str, dict[str, float]]]] = {v: [] for v in variants}
     for run in range(args.runs):
         core.log(f"run {run + 1}/{args.runs}")
-        runs.append(one_run(args.database_url, conn, args.messages, args.channels, args.workers))
+        # Interleaved, the order turned round every run: a busy moment slows both alike.
+        for vacuum in variants if run % 2 == 0 else variants[::-1]:
+            runs[vacuum].append(one_run(args.database_url, conn, args.messages, args.channels, args.workers, vacuum))
     print(
-        f"{'drain':<16} {'msg/s':>9} {'/fresh':>7} {'least fetched':>14} {'dead':>8} {'live':>7} "
-        f"{'updates':>8} {'HOT':>8} {'heap kB':>8} {'idx kB':>8}"
+        f"{'workers vacuum':<15} {'drain':<16} {'msg/s':>9} {'/fresh':>7} {'least fetched':>14} {'dead':>8} "
+        f"{'live':>7} {'updates':>8} {'HOT':>8} {'heap kB':>8} {'idx kB':>8}"
     )
-    for step in STEPS:
-        def med(key: str, step: str = step) -> float:
-            return statistics.median(r[step][key] for r in runs)
+    for vacuum in variants:
+        for step in STEPS:
+            done = runs[vacuum]
 
-        ratio = statistics.median(r[step]["rate"] / r["fresh"]["rate"] for r in runs)
-        least = min(r[step]["least"] for r in runs)
-        print(
-            f"{step:<16} {med('rate'):>9,.0f} {ratio:>7.2f} {least:>14,.0f} {med('dead'):>8,.0f} "
-            f"{med('live'):>7,.0f} {med('upd'):>8,.0f} {med('hot'):>8,.0f} {med('heap') / 1024:>8,.0f} "
-            f"{med('indexes') / 1024:>8,.0f}",
-            flush=True,
-        )
+            def med(key: str, step: str = step, done: list = done) -> float:
+                return statistics.median(r[step][key] for r in done)
+
+            ratio = statistics.median(r[step]["rate"] / r["fresh"]["rate"] for r in done)
+            least = min(r[step]["least"] for r in done)
+            print(
+                f"{vacuum or 'on':<15} {step:<16} {med('rate'):>9,.0f} {ratio:>7.2f} {least:>14,.0f} "
+                f"{med('dead'):>8,.0f} {med('live'):>7,.0f} {med('upd'):>8,.0f} {med('hot'):>8,.0f} "
+                f"{med('heap') / 1024:>8,.0f} {med('indexes') / 1024:>8,.0f}",
+                flush=True,
+            )
     print("least fetched: the fewest messages one worker fetched in any run (0: a worker took no part)")
 
 

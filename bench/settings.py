@@ -18,6 +18,12 @@ LONNYMQ_HANDLER_MODULES = ["bench.handlers"]
 # other setting (docs/performance.md).
 LONNYMQ_WORKER_SYNCHRONOUS_COMMIT = os.environ.get("LQ_BENCH_SYNCHRONOUS_COMMIT", "on")
 
+# The workers' own VACUUM of the channel table: LQ_BENCH_VACUUM_THRESHOLD=off measures the
+# queue without it (bench.sequence --ab).
+if os.environ.get("LQ_BENCH_VACUUM_THRESHOLD"):
+    _threshold = os.environ["LQ_BENCH_VACUUM_THRESHOLD"]
+    LONNYMQ_VACUUM_THRESHOLD = None if _threshold == "off" else int(_threshold)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
