@@ -94,7 +94,9 @@ def one_run(url: str, conn, n: int, channels: int, workers: int, vacuum: str) ->
         stats["upd"] -= before["upd"]
         stats["hot"] -= before["hot"]
         out[step] = {"rate": rate, "least": min(fetched), **stats}
-        core.log(f"  {vacuum or 'vacuum'} {step}: {rate:,.0f} msg/s, fetched per worker {[int(f) for f in fetched]}, channel table {stats}")
+        core.log(
+            f"  workers' vacuum {vacuum or 'on'}, {step}: {rate:,.0f} msg/s, fetched per worker {[int(f) for f in fetched]}, channel table {stats}"
+        )
     return out
 
 
@@ -107,7 +109,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="20,000 messages, 2 runs")
     parser.add_argument(
-        "--ab", action="store_true", help="also run every step with the workers' own VACUUM off (the queue before it)"
+        "--ab",
+        action="store_true",
+        help="also run every step with the workers' own VACUUM off (the queue before it)",
     )
     parser.add_argument("--no-setup", action="store_true", help="reuse the database of a previous run")
     args = parser.parse_args(argv)
@@ -128,7 +132,9 @@ def main(argv: list[str] | None = None) -> None:
         core.log(f"run {run + 1}/{args.runs}")
         # Interleaved, the order turned round every run: a busy moment slows both alike.
         for vacuum in variants if run % 2 == 0 else variants[::-1]:
-            runs[vacuum].append(one_run(args.database_url, conn, args.messages, args.channels, args.workers, vacuum))
+            runs[vacuum].append(
+                one_run(args.database_url, conn, args.messages, args.channels, args.workers, vacuum)
+            )
     print(
         f"{'workers vacuum':<15} {'drain':<16} {'msg/s':>9} {'/fresh':>7} {'least fetched':>14} {'dead':>8} "
         f"{'live':>7} {'updates':>8} {'HOT':>8} {'heap kB':>8} {'idx kB':>8}"

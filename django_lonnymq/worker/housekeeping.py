@@ -158,7 +158,9 @@ class Vacuum:
         if threshold is None or now < self.next_at:
             return
         self.next_at = now + self.INTERVAL
-        rows = self.connection.quietly("read the tables' dead row versions", "vacuum_due", {"threshold": threshold})
+        rows = self.connection.quietly(
+            "read the tables' dead row versions", "vacuum_due", {"threshold": threshold}
+        )
         for (table,) in rows:
             started = time.monotonic()
             try:
