@@ -96,6 +96,7 @@ def test_the_checks_are_registered():
         "check_health",
         "check_worker_synchronous_commit",
         "check_max_snoozes",
+        "check_vacuum_threshold",
     }
 
 
