@@ -24,6 +24,12 @@ if os.environ.get("LQ_BENCH_CHANNEL_IDLE_PRUNE"):
     _prune = os.environ["LQ_BENCH_CHANNEL_IDLE_PRUNE"]
     LONNYMQ_CHANNEL_IDLE_PRUNE = None if _prune == "off" else float(_prune)
 
+# The workers' own VACUUM of the channel table: LQ_BENCH_VACUUM_THRESHOLD=off measures the
+# queue without it (bench.sequence --ab).
+if os.environ.get("LQ_BENCH_VACUUM_THRESHOLD"):
+    _threshold = os.environ["LQ_BENCH_VACUUM_THRESHOLD"]
+    LONNYMQ_VACUUM_THRESHOLD = None if _threshold == "off" else int(_threshold)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

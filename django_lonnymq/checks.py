@@ -292,6 +292,22 @@ def check_max_snoozes(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 
 
 @register(Tags.compatibility)
+def check_vacuum_threshold(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """E270: LONNYMQ_VACUUM_THRESHOLD is None or an integer from 0 to 1,000,000,000."""
+    value = settings.VACUUM_THRESHOLD
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 10**9):
+        return []
+    return [
+        Error(
+            f"LONNYMQ_VACUUM_THRESHOLD must be None or an integer from 0 to 1000000000, got {value!r}.",
+            hint="The default is 10000 dead row versions (plus a fifth of the live rows); None leaves "
+            "the channel table to autovacuum.",
+            id="lonnymq.E270",
+        )
+    ]
+
+
+@register(Tags.compatibility)
 def check_worker_synchronous_commit(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """E230: LONNYMQ_WORKER_SYNCHRONOUS_COMMIT is one of PostgreSQL's synchronous_commit values."""
     value = settings.WORKER_SYNCHRONOUS_COMMIT

@@ -40,6 +40,10 @@ DEFAULTS: dict[str, Any] = {
     "POLL_INTERVAL": timedelta(seconds=1),
     # How often a worker recovers expired leases of any worker.
     "REAP_INTERVAL": timedelta(seconds=5),
+    # Workers VACUUM the channel table (and the wake-up marks) once its dead row versions
+    # pass this many plus a fifth of its live rows (checked once a second, from the
+    # statistics counters); None: never (leave it to autovacuum).
+    "VACUUM_THRESHOLD": 10_000,
     # The worker's own statements (dequeue, ack, extend, reap) run with this statement_timeout,
     # set on its connection, so a role's low default cannot starve it; 0 turns it off.
     "WORKER_STATEMENT_TIMEOUT": timedelta(seconds=30),

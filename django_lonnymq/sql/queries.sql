@@ -86,6 +86,30 @@ SELECT lonnymq_release_v1(%(ids)s::bigint[], %(tokens)s::uuid[], %(tolerance_ms)
 -- name: reap
 SELECT lonnymq_reap_v1(%(limit)s::integer, %(dedup_window_ms)s::bigint, %(tolerance_ms)s::bigint)
 
+-- name: vacuum_due
+-- The queue's churned tables (a channel row is rewritten by every release and its turn is
+-- in the pick index, so no such update is HOT; wake-up marks are inserted and deleted) whose
+-- dead row versions passed %(threshold)s plus a fifth of their live rows, and that this role
+-- may vacuum (it owns them, or is a member of their owner's role). Read from the statistics
+-- counters: no table is scanned.
+SELECT c.relname::text
+  FROM pg_catalog.pg_class c
+ WHERE c.relname OPERATOR(pg_catalog.=) ANY (ARRAY['lonnymq_channel', 'lonnymq_wake']::name[])
+   AND c.relnamespace OPERATOR(pg_catalog.=) pg_catalog.current_schema()::regnamespace
+   AND pg_catalog.pg_stat_get_dead_tuples(c.oid)
+       OPERATOR(pg_catalog.>=) (%(threshold)s::bigint
+                                OPERATOR(pg_catalog.+) (pg_catalog.pg_stat_get_live_tuples(c.oid) OPERATOR(pg_catalog./) 5))
+   AND pg_catalog.pg_has_role(c.relowner, 'USAGE')
+ ORDER BY c.relname
+
+-- name: vacuum_channel
+-- The worker's housekeeping when vacuum_due names the table (runs outside a transaction;
+-- SKIP_LOCKED: another worker's VACUUM of it is enough).
+VACUUM (SKIP_LOCKED) lonnymq_channel
+
+-- name: vacuum_wake
+VACUUM (SKIP_LOCKED) lonnymq_wake
+
 -- name: requeue_dead
 SELECT lonnymq_requeue_dead_v1(%(ids)s::bigint[], %(reset_attempts)s::boolean, %(tolerance_ms)s::bigint)
 

@@ -198,9 +198,10 @@ class ControlConnection:
 
     # -- statements --------------------------------------------------------------------
 
-    def run(self, name: str, params: db.Params = None) -> list[db.Row]:
-        """Every row of a named statement (prepared once per connection)."""
-        return db.run(self.conn, name, params)
+    def run(self, name: str, params: db.Params = None, *, prepare: bool = True) -> list[db.Row]:
+        """Every row of a named statement (prepared once per connection, unless ``prepare``
+        is false: a utility statement such as VACUUM cannot be prepared)."""
+        return db.run(self.conn, name, params, prepare=prepare)
 
     def value(self, name: str, params: db.Params = None) -> Any:
         """The first column of the first row of a named statement (None: no row)."""

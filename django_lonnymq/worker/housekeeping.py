@@ -8,6 +8,8 @@ maintenance step (never one call per message):
 - :class:`Presence`: the worker's ``lonnymq_worker`` row (read by :mod:`django_lonnymq.workers`);
 - :class:`Samples`: the dashboard's history (:mod:`django_lonnymq.sampling`), an observer of
   the maintenance tick;
+- :class:`Vacuum`: the channel and wake-up mark tables, vacuumed when their dead row
+  versions pile up (``LONNYMQ_VACUUM_THRESHOLD``), whether autovacuum comes or not;
 - the periodic schedules of the worker's queues (:class:`django_lonnymq.schedules.Ticker`).
 """
 
@@ -190,6 +192,49 @@ class Pruner:
             self.next_at = now  # more may be waiting: the next step prunes again
 
 
+class Vacuum:
+    """Vacuums the channel table (and the wake-up marks) once their dead row versions pass
+    ``LONNYMQ_VACUUM_THRESHOLD`` plus a fifth of their live rows; looks once a second.
+
+    Every release rewrites its channel's row, and the channel's turn is in the pick index,
+    so none of those updates is HOT: a drain over 1,000 channels leaves about one dead row
+    version per message, and the next dequeues walk their index entries (docs/performance.md,
+    "A busy channel after many"). Autovacuum comes too late for that (it wakes once a minute
+    by default, and may be off). The check reads the statistics counters only; the VACUUM
+    runs on the control connection (autocommit: VACUUM cannot run in a transaction) with
+    SKIP_LOCKED, so two workers never queue for it. A role that may not vacuum the tables
+    (it does not own them) is never asked to.
+    """
+
+    INTERVAL = 1.0
+    STATEMENTS = {"lonnymq_channel": "vacuum_channel", "lonnymq_wake": "vacuum_wake"}
+
+    def __init__(self, connection: ControlConnection):
+        self.connection = connection
+        self.next_at = 0.0
+        self.vacuums = 0  # VACUUMs this worker ran
+
+    def tick(self, now: float) -> None:
+        threshold = settings.VACUUM_THRESHOLD
+        if threshold is None or now < self.next_at:
+            return
+        self.next_at = now + self.INTERVAL
+        rows = self.connection.quietly(
+            "read the tables' dead row versions", "vacuum_due", {"threshold": threshold}
+        )
+        for (table,) in rows:
+            started = time.monotonic()
+            try:
+                self.connection.run(self.STATEMENTS[table], prepare=False)
+            except Exception as exc:
+                if self.connection.is_lost(exc):
+                    raise
+                logger.warning("worker %s could not vacuum %s: %s", self.connection.name, table, exc)
+                continue
+            self.vacuums += 1
+            logger.debug("vacuumed %s in %.0f ms", table, (time.monotonic() - started) * 1000)
+
+
 class Presence:
     """A worker's row in ``lonnymq_worker``: registered at the first beat, kept by later ones.
 
@@ -317,13 +362,14 @@ class Housekeeping:
         enabled: bool,
     ):
         """``enabled=False`` (``testing.drain()``): no worker row, no periodic ticks, no
-        dashboard samples; leases are still kept and expired ones reaped."""
+        dashboard samples, no VACUUM; leases are still kept and expired ones reaped."""
         self.connection = connection
         self.leases = leases
         self.presence = presence
         self.observers = observers
         self.reaper = Reaper(connection, stats)
         self.pruner = Pruner(connection, stats, observers)
+        self.vacuum = Vacuum(connection)
         self.enabled = enabled
         # Periodic schedules of these queues: synced at the first maintenance, then ticked.
         self.ticker = schedules.Ticker(queues, interval=poll_interval, using=connection.using)
@@ -337,6 +383,7 @@ class Housekeeping:
         self.reaper.tick(now)
         if self.enabled and not stopping:
             self.pruner.tick(now)
+            self.vacuum.tick(now)
             self.ticker.run(self.connection.conn)  # never raises; on its own clock
 
     def due_in(self, now: float) -> list[float]:

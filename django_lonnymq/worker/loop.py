@@ -57,7 +57,7 @@ class Worker:
         housekeeping: bool = True,
     ):
         """``housekeeping=False`` (``testing.drain()``): no worker row, no periodic ticks, no
-        dashboard samples, so a test that drains in-process leaves none of them behind."""
+        dashboard samples, no VACUUM, so a test that drains in-process leaves none of them behind."""
         if not queues:
             raise InvalidArgument("queues", "must name at least one queue", list(queues))
         if concurrency < 1:

@@ -99,6 +99,7 @@ def test_the_checks_are_registered():
         "check_max_snoozes",
         "check_channel_idle_prune",
         "check_workflow_retention",
+        "check_vacuum_threshold",
     }
 
 
@@ -488,3 +489,19 @@ def test_workflow_retention_is_none_or_a_bounded_duration(settings):
     for bad in (-1, timedelta(days=367), "a week", True):
         settings.LONNYMQ_WORKFLOW_RETENTION = bad
         assert [e.id for e in check_workflow_retention()] == ["lonnymq.E290"], bad
+# E270: LONNYMQ_VACUUM_THRESHOLD is None or an integer from 0 to 1000000000
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [-1, 10**9 + 1, 2.0, "10000", True])
+def test_e270_vacuum_threshold_must_be_none_or_a_bounded_integer(value):
+    with override_settings(LONNYMQ_VACUUM_THRESHOLD=value):
+        errors = lonnymq_errors()
+    assert ids(errors) == ["lonnymq.E270"]
+    assert "LONNYMQ_VACUUM_THRESHOLD" in errors[0].msg and repr(value) in errors[0].msg
+
+
+@pytest.mark.parametrize("value", [None, 0, 10_000, 10**9])
+def test_e270_accepts_none_and_integers_in_bounds(value):
+    with override_settings(LONNYMQ_VACUUM_THRESHOLD=value):
+        assert lonnymq_errors() == []
