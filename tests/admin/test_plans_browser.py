@@ -8,24 +8,17 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
 from django.contrib.auth.models import User
 
 from django_lonnymq import api
 from django_lonnymq.models import Channel, Plan
 
-from .test_browser import CHROMIUM_ARGS, OUTPUT, chromium_path
+from .test_browser import OUTPUT
 
 
 def test_an_operator_creates_a_plan_and_sees_where_a_channels_limits_come_from(  # type: ignore[no-untyped-def]
-    live_server, transactional_db, monkeypatch
+    live_server, browser
 ) -> None:
-    executable = chromium_path()
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.fail("playwright is not installed: pip install playwright (the dev dependency group has it)")
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
     User.objects.create_superuser("ops", "ops@example.com", "correct horse battery")
     channel_id = api.configure_channel("videos", "acme", max_concurrency=50)
@@ -36,46 +29,41 @@ def test_an_operator_creates_a_plan_and_sees_where_a_channels_limits_come_from( 
     if os.environ.get("LONNYMQ_SHOTS"):
         shots.append(Path(os.environ["LONNYMQ_SHOTS"]))
         shots[-1].mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1366, "height": 900})
-            page.set_default_timeout(15_000)
-            page.goto(f"{live_server.url}/admin/login/?next=/admin/")
-            page.fill("#id_username", "ops")
-            page.fill("#id_password", "correct horse battery")
-            page.click("input[type=submit]")
-            page.wait_for_selector("#site-name")
+    page = browser.new_page(viewport={"width": 1366, "height": 900})
+    page.set_default_timeout(15_000)
+    page.goto(f"{live_server.url}/admin/login/?next=/admin/")
+    page.fill("#id_username", "ops")
+    page.fill("#id_password", "correct horse battery")
+    page.click("input[type=submit]")
+    page.wait_for_selector("#site-name")
 
-            # A new plan through the add page.
-            page.goto(f"{live_server.url}/admin/django_lonnymq/plan/add/")
-            page.fill("#id_name", "premium")
-            page.fill("#id_weight", "3")
-            page.fill("#id_max_concurrency", "20")
-            page.click("input[name='_save']")
-            page.wait_for_selector("ul.messagelist li.success")
-            plan = Plan.objects.get(name="premium")
-            assert (plan.weight, plan.max_concurrency) == (3, 20)
-            assert page.locator("#result_list").inner_text().count("premium") == 1
-            for folder in shots:
-                page.screenshot(path=str(folder / "plan_admin.png"), full_page=True)
+    # A new plan through the add page.
+    page.goto(f"{live_server.url}/admin/django_lonnymq/plan/add/")
+    page.fill("#id_name", "premium")
+    page.fill("#id_weight", "3")
+    page.fill("#id_max_concurrency", "20")
+    page.click("input[name='_save']")
+    page.wait_for_selector("ul.messagelist li.success")
+    plan = Plan.objects.get(name="premium")
+    assert (plan.weight, plan.max_concurrency) == (3, 20)
+    assert page.locator("#result_list").inner_text().count("premium") == 1
+    for folder in shots:
+        page.screenshot(path=str(folder / "plan_admin.png"), full_page=True)
 
-            # The channel follows it; its own cap of 50 stays.
-            page.goto(f"{live_server.url}/admin/django_lonnymq/channel/{channel_id}/change/")
-            page.select_option("#id_plan", label="premium")
-            page.click("input[name='_continue']")
-            page.wait_for_selector("ul.messagelist li.success")
-            table = page.locator("table.lq-limit-sources")
-            assert table.is_visible()
-            text = table.inner_text()
-            rows = {line.split("\t")[0]: line.split("\t")[1:] for line in text.splitlines()[1:]}
-            assert rows["weight"] == ["3", "plan premium"], text
-            assert rows["max concurrency"] == ["50", "own"], text
-            assert rows["rate"] == ["none", "plan premium"], text
-            table.scroll_into_view_if_needed()
-            for folder in shots:
-                page.screenshot(path=str(folder / "channel_limit_sources.png"), full_page=True)
-            channel = Channel.objects.get(pk=channel_id)
-            assert (channel.weight, channel.max_concurrency, channel.plan_id) == (3, 50, plan.pk)
-        finally:
-            browser.close()
+    # The channel follows it; its own cap of 50 stays.
+    page.goto(f"{live_server.url}/admin/django_lonnymq/channel/{channel_id}/change/")
+    page.select_option("#id_plan", label="premium")
+    page.click("input[name='_continue']")
+    page.wait_for_selector("ul.messagelist li.success")
+    table = page.locator("table.lq-limit-sources")
+    assert table.is_visible()
+    text = table.inner_text()
+    rows = {line.split("\t")[0]: line.split("\t")[1:] for line in text.splitlines()[1:]}
+    assert rows["weight"] == ["3", "plan premium"], text
+    assert rows["max concurrency"] == ["50", "own"], text
+    assert rows["rate"] == ["none", "plan premium"], text
+    table.scroll_into_view_if_needed()
+    for folder in shots:
+        page.screenshot(path=str(folder / "channel_limit_sources.png"), full_page=True)
+    channel = Channel.objects.get(pk=channel_id)
+    assert (channel.weight, channel.max_concurrency, channel.plan_id) == (3, 50, plan.pk)

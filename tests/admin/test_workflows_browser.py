@@ -8,14 +8,13 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import pytest
 from django.contrib.auth.models import Permission, User
 from django.db import connection
 
 from django_lonnymq import Workflow, api
 from django_lonnymq.workflows import chord
 
-from .test_browser import CHROMIUM_ARGS, OUTPUT, chromium_path
+from .test_browser import OUTPUT
 
 SHOTS = Path("/tmp/shots_workflows")
 
@@ -43,14 +42,8 @@ def run_step(queue: str, ok: bool, output: str = '"ok"') -> None:
 
 
 def test_an_operator_sees_a_workflow_graph_and_requeues_and_cancels(  # type: ignore[no-untyped-def]
-    live_server, transactional_db, monkeypatch
+    live_server, browser
 ) -> None:
-    executable = chromium_path()
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.fail("playwright is not installed: pip install playwright (the dev dependency group has it)")
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     User.objects.create_superuser("ops", "ops@example.com", "correct horse battery")
     viewer = User.objects.create_user("viewer", "v@example.com", "correct horse battery", is_staff=True)
     viewer.user_permissions.add(Permission.objects.get(codename="view_workflowrecord"))
@@ -70,70 +63,65 @@ def test_an_operator_sees_a_workflow_graph_and_requeues_and_cancels(  # type: ig
 
     OUTPUT.mkdir(exist_ok=True)
     SHOTS.mkdir(exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1366, "height": 900})
-            page.set_default_timeout(15_000)
-            page.goto(f"{live_server.url}/admin/login/?next=/admin/")
-            page.fill("#id_username", "ops")
-            page.fill("#id_password", "correct horse battery")
-            page.click("input[type=submit]")
-            page.wait_for_selector("#site-name")
+    page = browser.new_page(viewport={"width": 1366, "height": 900})
+    page.set_default_timeout(15_000)
+    page.goto(f"{live_server.url}/admin/login/?next=/admin/")
+    page.fill("#id_username", "ops")
+    page.fill("#id_password", "correct horse battery")
+    page.click("input[type=submit]")
+    page.wait_for_selector("#site-name")
 
-            listing = f"{live_server.url}/admin/django_lonnymq/workflowrecord/"
-            page.goto(f"{listing}?state__exact=failed")
-            rows = page.locator("#result_list tbody tr")
-            assert rows.count() == 1 and "import" in rows.first.inner_text()
-            page.goto(f"{listing}?channel=tenant-globex")
-            assert page.locator("#result_list tbody tr").count() == 1
-            page.screenshot(path=str(SHOTS / "workflows_list.png"), full_page=True)
+    listing = f"{live_server.url}/admin/django_lonnymq/workflowrecord/"
+    page.goto(f"{listing}?state__exact=failed")
+    rows = page.locator("#result_list tbody tr")
+    assert rows.count() == 1 and "import" in rows.first.inner_text()
+    page.goto(f"{listing}?channel=tenant-globex")
+    assert page.locator("#result_list tbody tr").count() == 1
+    page.screenshot(path=str(SHOTS / "workflows_list.png"), full_page=True)
 
-            page.goto(f"{listing}{failed_id}/change/")
-            graph = page.locator("#lq-workflow-graph")
-            assert graph.is_visible()
-            assert page.locator("#lq-workflow-graph .lq-step").count() == 5
-            assert page.locator("#lq-workflow-graph .lq-step-dead").count() == 1
-            assert page.locator("#lq-workflow-graph .lq-step-succeeded").count() == 2
-            assert page.locator("#lq-workflow-graph .lq-step-queued").count() == 1
-            assert page.locator("#lq-workflow-graph .lq-step-waiting").count() == 1
-            assert page.locator("#lq-workflow-graph line").count() == 6
-            page.screenshot(path=str(SHOTS / "workflow_graph.png"), full_page=True)
+    page.goto(f"{listing}{failed_id}/change/")
+    graph = page.locator("#lq-workflow-graph")
+    assert graph.is_visible()
+    assert page.locator("#lq-workflow-graph .lq-step").count() == 5
+    assert page.locator("#lq-workflow-graph .lq-step-dead").count() == 1
+    assert page.locator("#lq-workflow-graph .lq-step-succeeded").count() == 2
+    assert page.locator("#lq-workflow-graph .lq-step-queued").count() == 1
+    assert page.locator("#lq-workflow-graph .lq-step-waiting").count() == 1
+    assert page.locator("#lq-workflow-graph line").count() == 6
+    page.screenshot(path=str(SHOTS / "workflow_graph.png"), full_page=True)
 
-            page.goto(f"{listing}?state__exact=failed")
-            page.check(f"input[name='_selected_action'][value='{failed_id}']")
-            page.select_option("select[name='action']", "requeue_failed")
-            page.click("button[name='index']")
-            page.wait_for_selector("ul.messagelist li.success")
-            assert "Requeued 1 failed steps" in page.locator("ul.messagelist").inner_text()
-            assert api.workflow(failed_id).state == "running"
+    page.goto(f"{listing}?state__exact=failed")
+    page.check(f"input[name='_selected_action'][value='{failed_id}']")
+    page.select_option("select[name='action']", "requeue_failed")
+    page.click("button[name='index']")
+    page.wait_for_selector("ul.messagelist li.success")
+    assert "Requeued 1 failed steps" in page.locator("ul.messagelist").inner_text()
+    assert api.workflow(failed_id).state == "running"
 
-            page.goto(listing)
-            page.check(f"input[name='_selected_action'][value='{other_id}']")
-            page.select_option("select[name='action']", "cancel")
-            page.click("button[name='index']")
-            page.wait_for_selector("ul.messagelist li.success")
-            assert api.workflow(other_id).state == "cancelled"
-            page.goto(f"{listing}{other_id}/change/")
-            assert page.locator("#lq-workflow-graph .lq-step-cancelled").count() == 1
+    page.goto(listing)
+    page.check(f"input[name='_selected_action'][value='{other_id}']")
+    page.select_option("select[name='action']", "cancel")
+    page.click("button[name='index']")
+    page.wait_for_selector("ul.messagelist li.success")
+    assert api.workflow(other_id).state == "cancelled"
+    page.goto(f"{listing}{other_id}/change/")
+    assert page.locator("#lq-workflow-graph .lq-step-cancelled").count() == 1
 
-            page.goto(f"{live_server.url}/admin/django_lonnymq/channel/dashboard/")
-            assert "1 cancelled" in page.locator("#lq-workflows").inner_text()
+    page.goto(f"{live_server.url}/admin/django_lonnymq/channel/dashboard/")
+    assert "1 cancelled" in page.locator("#lq-workflows").inner_text()
 
-            # A view-only user sees the list and the graph, and no action.
-            view = browser.new_context(viewport={"width": 1366, "height": 900}).new_page()
-            view.goto(f"{live_server.url}/admin/login/?next=/admin/")
-            view.fill("#id_username", "viewer")
-            view.fill("#id_password", "correct horse battery")
-            view.click("input[type=submit]")
-            view.wait_for_selector("#site-name")
-            view.goto(listing)
-            assert view.locator("#result_list tbody tr").count() == 2
-            assert view.locator("select[name='action']").count() == 0
-            view.goto(f"{listing}{failed_id}/change/")
-            assert view.locator("#lq-workflow-graph").is_visible()
-        finally:
-            browser.close()
+    # A view-only user sees the list and the graph, and no action.
+    view = browser.new_context(viewport={"width": 1366, "height": 900}).new_page()
+    view.goto(f"{live_server.url}/admin/login/?next=/admin/")
+    view.fill("#id_username", "viewer")
+    view.fill("#id_password", "correct horse battery")
+    view.click("input[type=submit]")
+    view.wait_for_selector("#site-name")
+    view.goto(listing)
+    assert view.locator("#result_list tbody tr").count() == 2
+    assert view.locator("select[name='action']").count() == 0
+    view.goto(f"{listing}{failed_id}/change/")
+    assert view.locator("#lq-workflow-graph").is_visible()
     for shot in SHOTS.glob("*.png"):
         shutil.copy(shot, OUTPUT / shot.name)
     with connection.cursor() as cursor:
