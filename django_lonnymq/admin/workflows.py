@@ -17,7 +17,7 @@ from django.utils.safestring import SafeString, mark_safe
 from .. import workflows
 from ..models import WorkflowRecord
 from ..urlparams import storable
-from .common import CHANNEL_FILTER_LIMIT, ReadOnlyQueueAdmin
+from .common import CHANNEL_FILTER_LIMIT, ReadOnlyQueueAdmin, when
 
 # Fill colours of a step by state (the legend under the graph says the same).
 COLOURS = {
@@ -31,10 +31,6 @@ COLOURS = {
 # A graph of more steps is not drawn (the table below lists them all).
 MAX_DRAWN = 400
 BOX_W, BOX_H, GAP_X, GAP_Y = 150, 34, 60, 14
-
-
-def _time(value: Any) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
 
 
 class TenantFilter(admin.SimpleListFilter):
@@ -156,7 +152,7 @@ class WorkflowAdmin(ReadOnlyQueueAdmin):
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             (
                 (s.id, s.name, s.queue, s.channel, s.state, s.attempts if s.attempts is not None else "-",
-                 _time(s.released_at), _time(s.finished_at))
+                 when(s.released_at), when(s.finished_at))
                 for s in self._state(obj).steps[:2000]
             ),
         )  # fmt: skip
