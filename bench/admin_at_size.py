@@ -143,7 +143,7 @@ def timed(call: Any, repeat: int) -> float:
     return statistics.median(times)
 
 
-def measure(repeat: int) -> list[tuple[str, float]]:
+def measure(repeat: int, only: str = "") -> list[tuple[str, float]]:
     from django.contrib.auth import get_user_model
     from django.core.management import CommandError, call_command
     from django.test import Client
@@ -156,6 +156,8 @@ def measure(repeat: int) -> list[tuple[str, float]]:
     client.force_login(user)
     results = []
     for label, url in pages():
+        if only not in label:
+            continue
 
         def get(url: str = url) -> None:
             response = client.get(url)
@@ -164,6 +166,8 @@ def measure(repeat: int) -> list[tuple[str, float]]:
 
         results.append((label, timed(get, repeat)))
     for command in ("lonnymq_stats", "lonnymq_health"):
+        if only not in f"manage.py {command}":
+            continue
 
         def run(command: str = command) -> None:
             try:
@@ -183,6 +187,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--dead", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--only", default="", help="measure only the lines whose label contains this")
     args = parser.parse_args()
     if args.channels < 2_000:
         parser.error("--channels must be at least 2,000 (three queues)")
@@ -197,7 +202,7 @@ def main() -> None:
     from django.conf import settings
 
     settings.ALLOWED_HOSTS = ["*"]
-    results = measure(args.repeat)
+    results = measure(args.repeat, args.only)
     width = max(len(label) for label, _ in results)
     print(f"{'page / command':<{width}}  median of {args.repeat} (s)")
     for label, seconds in results:
