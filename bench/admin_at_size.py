@@ -81,8 +81,11 @@ def build(url: str, channels: int, messages: int, dead: int) -> None:
                 if statement.strip():
                     conn.execute(statement, params)  # type: ignore[arg-type]
         conn.execute("VACUUM ANALYZE")
-    print(f"built {channels:,} channels, {messages:,} messages, {dead:,} dead letters "
-          f"in {time.monotonic() - started:.0f} s", flush=True)
+    print(
+        f"built {channels:,} channels, {messages:,} messages, {dead:,} dead letters "
+        f"in {time.monotonic() - started:.0f} s",
+        flush=True,
+    )
 
 
 def pages() -> list[tuple[str, str]]:

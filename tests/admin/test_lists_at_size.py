@@ -68,7 +68,10 @@ def filters(backlog: dict[str, int]) -> list[str]:
         f"{messages}?channel={backlog['channel']}",
         f"{messages}?queue={QUEUE}&channel={backlog['channel']}",
         *(f"{messages}?state={state}" for state in ("ready", "scheduled", "paused", "in_flight")),
-        *(f"{messages}?queue={QUEUE}&state={state}" for state in ("ready", "scheduled", "paused", "in_flight")),
+        *(
+            f"{messages}?queue={QUEUE}&state={state}"
+            for state in ("ready", "scheduled", "paused", "in_flight")
+        ),
         f"{messages}?q={backlog['message']}",
         f"{messages}?p=2",
         dead,
