@@ -443,6 +443,9 @@ class DeadMessage(models.Model):
         ]
         indexes = [
             models.Index(fields=["queue", "died_at"], name="lonnymq_dead_queue_died_idx"),
+            # The admin's list: newest first, unfiltered or by reason; by queue and channel.
+            models.Index(fields=["died_at"], name="lonnymq_dead_died_idx"),
+            models.Index(fields=["queue", "channel_name", "died_at"], name="lonnymq_dead_queue_channel_idx"),
         ]
 
     def __str__(self) -> str:

@@ -284,6 +284,10 @@ CREATE TABLE lonnymq_dead_message (
 );
 CREATE INDEX lonnymq_dead_queue_died_idx ON lonnymq_dead_message (queue, died_at);
 CREATE INDEX lonnymq_dead_channel_idx ON lonnymq_dead_message (channel_id);
+-- The admin's dead-letter list: newest first (unfiltered, or by reason), and by queue and
+-- channel; each page is a walk of an index that stops at the page's end.
+CREATE INDEX lonnymq_dead_died_idx ON lonnymq_dead_message (died_at);
+CREATE INDEX lonnymq_dead_queue_channel_idx ON lonnymq_dead_message (queue, channel, died_at);
 
 -- Queue-wide limits, across all workers and channels of a queue: a concurrency cap and a
 -- token bucket. Only queues with a row pay for them: a dequeue of such a queue locks its row

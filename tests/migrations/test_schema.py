@@ -81,6 +81,8 @@ RELEASED = {
     "0026_plans.up.sql": "ee66f707d629f2da686d4bc754270da214034956e86dc6a30bd263b7b4e08de3",
     "0027_workflows.down.sql": "6671cc625f6e7f52d4755a37f31e3194d756fd6f8b68af536f7e4a5eabed0863",
     "0027_workflows.up.sql": "733517507bfd37248e5eec552fbc7236c1029131338f114dd186d602b6a4a9e8",
+    "0029_admin_indexes.down.sql": "0e48d0c8803ee673c6de2c54ead816b6c5e5e1b0f77354b2f02b1300e746d25e",
+    "0029_admin_indexes.up.sql": "cd3fa34d3b2b5fa631026ef63af681f0f5535c781846b65d47809283b895203e",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
