@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import glob
 import os
 import shutil
@@ -96,6 +97,41 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+CLUSTER_PREFIX = "lonnymq-pg-"
+# Beside a throwaway cluster's directory (initdb wants it empty): the pid of the test process
+# that started it.
+OWNER_SUFFIX = ".owner"
+
+
+def _stop_orphaned_clusters(pg_ctl: str, prefix: list[str]) -> None:
+    """Stop and remove the throwaway clusters whose test process is gone. A run stops its own
+    cluster at exit, but a run killed outright (a timeout, SIGKILL) cannot: the next run that
+    starts a cluster cleans up after it, so none outlives its run for long."""
+    for datadir in glob.glob(os.path.join(tempfile.gettempdir(), CLUSTER_PREFIX + "*")):
+        if not os.path.isdir(datadir):
+            continue
+        try:
+            with open(datadir + OWNER_SUFFIX) as owner:
+                pid = int(owner.read().strip())
+        except (OSError, ValueError):
+            continue  # not one of ours, or still being made: leave it
+        try:
+            os.kill(pid, 0)
+            continue  # its run is alive
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue  # a live process of another user
+        _remove_cluster(pg_ctl, prefix, datadir)
+
+
+def _remove_cluster(pg_ctl: str, prefix: list[str], datadir: str) -> None:
+    subprocess.run([*prefix, pg_ctl, "-D", datadir, "-m", "immediate", "stop"], capture_output=True)
+    shutil.rmtree(datadir, ignore_errors=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(datadir + OWNER_SUFFIX)
+
+
 def _from_local_binaries() -> str | None:
     candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), reverse=True)
     initdb = shutil.which("initdb") or (candidates[0] if candidates else None)
@@ -103,12 +139,16 @@ def _from_local_binaries() -> str | None:
         return None
     bindir = os.path.dirname(initdb)
     pg_ctl = os.path.join(bindir, "pg_ctl")
-    datadir = tempfile.mkdtemp(prefix="lonnymq-pg-")
-    port = _free_port()
     prefix: list[str] = []
     if os.geteuid() == 0:  # initdb refuses to run as root
-        shutil.chown(datadir, "postgres", "postgres")
         prefix = ["runuser", "-u", "postgres", "--"]
+    _stop_orphaned_clusters(pg_ctl, prefix)
+    datadir = tempfile.mkdtemp(prefix=CLUSTER_PREFIX)
+    with open(datadir + OWNER_SUFFIX, "w") as owner:
+        owner.write(str(os.getpid()))
+    port = _free_port()
+    if prefix:
+        shutil.chown(datadir, "postgres", "postgres")
     subprocess.run(
         [*prefix, initdb, "-D", datadir, "-U", "postgres", "--auth=trust", "-E", "UTF8"],
         check=True,
@@ -132,8 +172,7 @@ def _from_local_binaries() -> str | None:
     )
 
     def stop() -> None:
-        subprocess.run([*prefix, pg_ctl, "-D", datadir, "-m", "immediate", "stop"], capture_output=True)
-        shutil.rmtree(datadir, ignore_errors=True)
+        _remove_cluster(pg_ctl, prefix, datadir)
 
     atexit.register(stop)
     _started_cluster.update(pg_ctl=pg_ctl, datadir=datadir, prefix=prefix)
