@@ -65,8 +65,20 @@ def channel(value: Any, field: str = "channel") -> str:
     return name(field, value, bounds.MAX_CHANNEL_NAME)
 
 
+# Dedup keys the queue writes itself (periodic ticks, workflow steps): a worker reads a
+# message by them, so a caller's key may not start so.
+RESERVED_DEDUP_PREFIX = "lonnymq."
+
+
 def dedup_key(value: Any, field: str = "dedup_key") -> str | None:
-    return None if value is None else name(field, value, bounds.MAX_DEDUP_KEY)
+    if value is None:
+        return None
+    key = name(field, value, bounds.MAX_DEDUP_KEY)
+    if key.startswith(RESERVED_DEDUP_PREFIX):
+        raise InvalidArgument(
+            field, f"must not start with {RESERVED_DEDUP_PREFIX!r} (the queue's own keys: ticks, workflow steps)", value
+        )
+    return key
 
 
 # What a repeated dedup key does (docs/flow-control.md): "skip" keeps the key's message as it

@@ -100,6 +100,8 @@ def test_oversized_payload_in_enqueue_many_names_the_item(nothing_written):
         ({"channel": None}, "channel"),
         ({"dedup_key": ""}, "dedup_key"),
         ({"dedup_key": "k" * 201}, "dedup_key"),
+        ({"dedup_key": "lonnymq.step:1"}, "dedup_key"),  # the queue's own keys
+        ({"dedup_key": "lonnymq.periodic:7:1700000000000"}, "dedup_key"),
     ],
 )
 def test_bad_names_are_refused_naming_the_field(nothing_written, kwargs, field):
@@ -276,6 +278,7 @@ def test_bad_ids_in_operations_are_refused(nothing_written):
         (Item(object()), "items[2].payload"),
         (Item("x", channel=""), "items[2].channel"),
         (Item("x", dedup_key="k" * 201), "items[2].dedup_key"),
+        (Item("x", dedup_key="lonnymq.step:1"), "items[2].dedup_key"),
         (Item("x", priority=101), "items[2].priority"),
         (Item("x", run_at=dt.datetime(2030, 1, 1)), "run_at"),
         (Item("x", dedup_key="k", on_duplicate="merge"), "items[2].on_duplicate"),
