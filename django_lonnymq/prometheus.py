@@ -10,8 +10,8 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
-from .alarms import live_workers, paused_queues
 from . import workflows
+from .alarms import live_workers, paused_queues
 from .models import QueueSample
 from .routing import databases_of
 

@@ -33,6 +33,7 @@ from .common import (
     COUNT_CAP,
     DatabaseAdmin,
     EstimatedCountPaginator,
+    NoBulkDelete,
     RateField,
     count_text,
     has_perm,
@@ -169,7 +170,7 @@ class ChannelListForm(ChannelForm):
 
 
 @admin.register(Channel)
-class ChannelAdmin(DatabaseAdmin):
+class ChannelAdmin(NoBulkDelete, DatabaseAdmin):
     form = ChannelForm
     # Fits 1366 px beside the admin's sidebar: the rate, the last release and the creation
     # time are on the change page; a paused channel says so in its name's cell.
@@ -381,11 +382,6 @@ class ChannelAdmin(DatabaseAdmin):
         pass  # a channel has no related objects to save, and form.save_m2m() would save nothing
 
     # -- delete: only empty channels, through the SQL function -----------------------------------
-
-    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        actions = super().get_actions(request)
-        actions.pop("delete_selected", None)  # a bulk ORM delete would skip the emptiness check
-        return actions
 
     def get_deleted_objects(
         self, objs: Any, request: HttpRequest

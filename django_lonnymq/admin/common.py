@@ -289,6 +289,21 @@ class DatabaseFilter(admin.SimpleListFilter):
         return queryset  # DatabaseAdmin.get_queryset already reads the chosen database
 
 
+class NoBulkDelete:
+    """Leaves out Django's "delete selected" action: a bulk ORM delete would skip the checks of
+    the SQL function the admin deletes through (an empty channel, a plan no channel follows).
+    ``action_location`` is Django 6.1's parameter, passed on when given."""
+
+    def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
+        parent = super()
+        if action_location is None:
+            actions = parent.get_actions(request)  # type: ignore[attr-defined]
+        else:
+            actions = parent.get_actions(request, action_location=action_location)  # type: ignore[attr-defined]
+        actions.pop("delete_selected", None)
+        return dict(actions)
+
+
 class DatabaseAdmin(admin.ModelAdmin):
     """A list and detail pages of one database at a time when queues live on several."""
 

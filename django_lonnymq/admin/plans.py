@@ -22,7 +22,7 @@ from django.utils.http import urlencode
 from .. import api, bounds
 from ..exceptions import LonnyMQError
 from ..models import Plan
-from .common import RateField, rate_text
+from .common import NoBulkDelete, RateField, rate_text
 
 MAX_RELEASE_INTERVAL_MS = bounds.MAX_INTERVAL // timedelta(milliseconds=1)
 
@@ -64,7 +64,7 @@ class PlanForm(forms.ModelForm):
 
 
 @admin.register(Plan)
-class PlanAdmin(admin.ModelAdmin):
+class PlanAdmin(NoBulkDelete, admin.ModelAdmin):
     form = PlanForm
     list_display = ("name", "weight", "cap", "release_interval_ms", "rate_display", "channel_count", "default_of")
     readonly_fields = ("channel_count", "default_of", "updated_at")
@@ -130,11 +130,6 @@ class PlanAdmin(admin.ModelAdmin):
         pass
 
     # -- delete: only a plan no channel follows, through the SQL function -------------------
-
-    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        actions = super().get_actions(request)
-        actions.pop("delete_selected", None)
-        return actions
 
     def get_deleted_objects(
         self, objs: Any, request: HttpRequest

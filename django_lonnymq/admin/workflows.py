@@ -44,7 +44,7 @@ class TenantFilter(admin.SimpleListFilter):
             .values_list("channel", flat=True)
             .distinct()
         )
-        return [(name, name) for name in names[:CHANNEL_FILTER_LIMIT]]
+        return [(str(name), str(name)) for name in names[:CHANNEL_FILTER_LIMIT]]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
@@ -127,9 +127,10 @@ class WorkflowAdmin(ReadOnlyQueueAdmin):
         return f"{text}, {obj.dead:,} dead" if obj.dead else text
 
     def _state(self, obj: WorkflowRecord) -> workflows.WorkflowState:
-        cached = getattr(obj, "_lq_state", None)
+        cached: workflows.WorkflowState | None = getattr(obj, "_lq_state", None)
         if cached is None:
-            cached = obj._lq_state = workflows.workflow(obj.id, using=router.db_for_read(WorkflowRecord))
+            cached = workflows.workflow(obj.id, using=router.db_for_read(WorkflowRecord))
+            obj._lq_state = cached  # one read per row of the page
         return cached
 
     @admin.display(description="graph")

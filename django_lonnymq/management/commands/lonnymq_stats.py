@@ -17,6 +17,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from django_lonnymq import workflows
 from django_lonnymq.alarms import paused_queues
 from django_lonnymq.figures import (
     RATE_WINDOW,
@@ -27,7 +28,6 @@ from django_lonnymq.figures import (
     throughput,
 )
 from django_lonnymq.management.commands.run_queue_worker import check_database, duration
-from django_lonnymq import workflows
 from django_lonnymq.models import QueueSample
 from django_lonnymq.routing import databases_of
 
