@@ -74,7 +74,7 @@ RELEASED = {
     "0024_snooze.down.sql": "d7c8cf7c7a248983991531409b961083f22c722780ec2166363bbb6d5ffcaf40",
     "0024_snooze.up.sql": "7dfd62447c60fd111f6fc88683bdfa2f86fd9db02191e1ec8181135824d27263",
     "0028_channel_prune.down.sql": "c49b6f8bbfbb909af8f0f0e643e7c27ecf096f254f8f403cc1dac3d10181a212",
-    "0028_channel_prune.up.sql": "f69235e278736a54431d457f019d7610a4b9071302c489286cf076db7d64f610",
+    "0028_channel_prune.up.sql": "1f33940e8ea8a4eeb49ac74a8a106c3af9f8a08931fcb7ab1886ae5de2a4a300",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
