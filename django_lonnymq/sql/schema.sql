@@ -3160,7 +3160,8 @@ AS $$
         OR c.plan_id IS NOT NULL
 $$;
 
--- Delete up to p_limit channels that nobody configured (lonnymq_channel_configured_v1), that
+-- Delete up to p_limit channels (each holds an advisory lock until the statement ends, from
+-- the server's shared lock table: the workers ask for 200) that nobody configured (lonnymq_channel_configured_v1), that
 -- hold no message in any state and no dedup key, and that were neither created nor released
 -- from in the last p_idle_ms (LONNYMQ_CHANNEL_IDLE_PRUNE; the workers' housekeeping calls
 -- this). Their wake-up marks and release counts go with them; their releases are added to
@@ -3175,7 +3176,7 @@ $$;
 -- tried (a producer between its lookup and its insert holds it shared: skipped); 2. in a new
 -- statement (a snapshot taken after both locks), the delete tests emptiness again, so a
 -- message committed after the first statement's snapshot keeps its channel.
-CREATE FUNCTION lonnymq_prune_channels_v1(p_idle_ms bigint, p_limit integer DEFAULT 1000)
+CREATE FUNCTION lonnymq_prune_channels_v1(p_idle_ms bigint, p_limit integer DEFAULT 200)
 RETURNS integer
 LANGUAGE plpgsql
 SET search_path FROM CURRENT

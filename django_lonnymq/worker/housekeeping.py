@@ -163,8 +163,10 @@ class Pruner:
     workers skip the rows the others hold.
     """
 
-    # Channels one call deletes at most: one statement's worth of row locks and deletes.
-    BATCH = 1000
+    # Channels one call deletes at most: one short statement of row locks and deletes, and
+    # as many advisory locks from the server's shared lock table (6,400 slots by default,
+    # shared by every session), held for that statement.
+    BATCH = 200
     # The longest wait between two calls.
     EVERY = 60.0
 

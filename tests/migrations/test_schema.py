@@ -76,7 +76,7 @@ RELEASED = {
     "0025_dedup_modes.down.sql": "3a0997a9c1d305b9de5a417d0c7f54289432fc7465c022f6254ce6e9b449ab05",
     "0025_dedup_modes.up.sql": "45afd7c4fbb0f4fbc158db78ec2f4f9cf00051ed0e49e75004a69b40060d5dc5",
     "0028_channel_prune.down.sql": "c49b6f8bbfbb909af8f0f0e643e7c27ecf096f254f8f403cc1dac3d10181a212",
-    "0028_channel_prune.up.sql": "ea2cc604e993d4fd3785acf8aac2baee6b2b8a59856a2e2c16474075e1b5d21b",
+    "0028_channel_prune.up.sql": "16136038b7dfe999ee254203c929b99213f5569e8c3bac779ac06e53e3078454",
     "0026_plans.down.sql": "c511d1e6d70ef29c8c58e6d6dd71e7731a93b4134b616520e1d45d48d19bdd8e",
     "0026_plans.up.sql": "ee66f707d629f2da686d4bc754270da214034956e86dc6a30bd263b7b4e08de3",
     "0027_workflows.down.sql": "6671cc625f6e7f52d4755a37f31e3194d756fd6f8b68af536f7e4a5eabed0863",
