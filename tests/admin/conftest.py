@@ -113,3 +113,24 @@ def browser(transactional_db: None, monkeypatch: pytest.MonkeyPatch) -> Iterator
             # connections are context-local): close them while it lasts, or they outlive the
             # test database.
             connections.close_all()
+
+
+def admin_page(
+    launched: Any,
+    base_url: str,
+    *,
+    width: int,
+    height: int,
+    user: str = "ops",
+    password: str = "correct horse battery",
+) -> Any:
+    """A page of the ``browser`` fixture, ``width`` x ``height``, logged in to the admin as
+    ``user`` (the browser tests create their users with this password)."""
+    page = launched.new_page(viewport={"width": width, "height": height})
+    page.set_default_timeout(15_000)
+    page.goto(f"{base_url}/admin/login/?next=/admin/")
+    page.fill("#id_username", user)
+    page.fill("#id_password", password)
+    page.click("input[type=submit]")
+    page.wait_for_selector("#site-name")
+    return page

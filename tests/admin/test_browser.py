@@ -20,7 +20,7 @@ from django.db import connections
 from django_lonnymq import api, sql
 from django_lonnymq.models import Channel, DeadMessage, Message, QueueSample
 
-from .conftest import ack, dequeue, make_dead
+from .conftest import ack, admin_page, dequeue, make_dead
 
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUT = ROOT / "test-output"
@@ -85,15 +85,7 @@ def test_ops_change_a_limit_requeue_and_see_the_dashboard(live_server, browser) 
 
     SCREENSHOT.parent.mkdir(exist_ok=True)
     SCREENSHOT.unlink(missing_ok=True)
-    page = browser.new_page(viewport={"width": 1440, "height": 900})
-    page.set_default_timeout(15_000)
-
-    # Log in.
-    page.goto(f"{live_server.url}/admin/login/?next=/admin/")
-    page.fill("#id_username", "ops")
-    page.fill("#id_password", "correct horse battery")
-    page.click("input[type=submit]")
-    page.wait_for_selector("#site-name")
+    page = admin_page(browser, live_server.url, width=1440, height=900)
     assert "Site administration" in page.content()
 
     # Change acme's concurrency limit in the channel list.

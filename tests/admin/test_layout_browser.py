@@ -11,6 +11,7 @@ from django.contrib.auth.models import User
 from django_lonnymq import api
 from django_lonnymq.models import Channel, QueueSample
 
+from .conftest import admin_page
 from .test_browser import OUTPUT, QUEUE, workers_seen, workload
 
 LISTS = {
@@ -30,13 +31,7 @@ def test_lists_fit_1366_px_and_pages_show_times_not_raw_values(live_server: Any,
     workers_seen()
     acme = Channel.objects.get(queue=QUEUE, name="acme")
     OUTPUT.mkdir(exist_ok=True)
-    page = browser.new_page(viewport={"width": 1366, "height": 800})
-    page.set_default_timeout(15_000)
-    page.goto(f"{live_server.url}/admin/login/?next=/admin/")
-    page.fill("#id_username", "ops")
-    page.fill("#id_password", "correct horse battery")
-    page.click("input[type=submit]")
-    page.wait_for_selector("#site-name")
+    page = admin_page(browser, live_server.url, width=1366, height=800)
 
     for name, url in LISTS.items():
         page.goto(live_server.url + url)

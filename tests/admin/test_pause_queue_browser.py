@@ -8,6 +8,7 @@ from django.contrib.auth.models import User
 
 from django_lonnymq import alarms, api
 
+from .conftest import admin_page
 from .test_browser import OUTPUT
 
 QUEUE = "exports"
@@ -21,13 +22,7 @@ def test_an_operator_pauses_a_queue_on_the_dashboard_and_resumes_it(  # type: ig
     api.enqueue("mail", {"n": 1}, channel="acme")
 
     OUTPUT.mkdir(exist_ok=True)
-    page = browser.new_page(viewport={"width": 1366, "height": 900})
-    page.set_default_timeout(15_000)
-    page.goto(f"{live_server.url}/admin/login/?next=/admin/")
-    page.fill("#id_username", "ops")
-    page.fill("#id_password", "correct horse battery")
-    page.click("input[type=submit]")
-    page.wait_for_selector("#site-name")
+    page = admin_page(browser, live_server.url, width=1366, height=900)
 
     dashboard = f"{live_server.url}/admin/django_lonnymq/channel/dashboard/?queue={QUEUE}"
     page.goto(dashboard)

@@ -14,6 +14,7 @@ from django.utils import timezone
 from django_lonnymq import api
 from django_lonnymq.models import Channel
 
+from .conftest import admin_page
 from .test_browser import OUTPUT
 
 QUEUE = "thumbnails"
@@ -27,13 +28,7 @@ def test_pausing_a_tenant_shows_its_messages_as_paused(live_server, browser) -> 
     acme = Channel.objects.get(queue=QUEUE, name="acme")
 
     OUTPUT.mkdir(exist_ok=True)
-    page = browser.new_page(viewport={"width": 1440, "height": 900})
-    page.set_default_timeout(15_000)
-    page.goto(f"{live_server.url}/admin/login/?next=/admin/")
-    page.fill("#id_username", "ops")
-    page.fill("#id_password", "correct horse battery")
-    page.click("input[type=submit]")
-    page.wait_for_selector("#site-name")
+    page = admin_page(browser, live_server.url, width=1440, height=900)
 
     # Before: acme's hour-old messages are ready and the oldest ready has waited an hour.
     page.goto(f"{live_server.url}/admin/django_lonnymq/channel/dashboard/?queue={QUEUE}")

@@ -13,6 +13,7 @@ from django.contrib.auth.models import User
 from django_lonnymq import api
 from django_lonnymq.models import Channel, Plan
 
+from .conftest import admin_page
 from .test_browser import OUTPUT
 
 
@@ -29,13 +30,7 @@ def test_an_operator_creates_a_plan_and_sees_where_a_channels_limits_come_from( 
     if os.environ.get("LONNYMQ_SHOTS"):
         shots.append(Path(os.environ["LONNYMQ_SHOTS"]))
         shots[-1].mkdir(parents=True, exist_ok=True)
-    page = browser.new_page(viewport={"width": 1366, "height": 900})
-    page.set_default_timeout(15_000)
-    page.goto(f"{live_server.url}/admin/login/?next=/admin/")
-    page.fill("#id_username", "ops")
-    page.fill("#id_password", "correct horse battery")
-    page.click("input[type=submit]")
-    page.wait_for_selector("#site-name")
+    page = admin_page(browser, live_server.url, width=1366, height=900)
 
     # A new plan through the add page.
     page.goto(f"{live_server.url}/admin/django_lonnymq/plan/add/")

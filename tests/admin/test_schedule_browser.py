@@ -12,6 +12,7 @@ from django.contrib.auth.models import User
 from django_lonnymq import api
 from django_lonnymq.models import Schedule
 
+from .conftest import admin_page
 from .test_browser import OUTPUT
 
 
@@ -23,13 +24,7 @@ def test_ops_add_pause_edit_and_resume_a_schedule(live_server, browser) -> None:
     )  # fmt: skip
     OUTPUT.mkdir(exist_ok=True)
 
-    page = browser.new_page(viewport={"width": 1440, "height": 900})
-    page.set_default_timeout(15_000)
-    page.goto(f"{live_server.url}/admin/login/?next=/admin/")
-    page.fill("#id_username", "ops")
-    page.fill("#id_password", "correct horse battery")
-    page.click("input[type=submit]")
-    page.wait_for_selector("#site-name")
+    page = admin_page(browser, live_server.url, width=1440, height=900)
 
     # Add a schedule that lives only in the database: tenant 42's weekday digest.
     page.goto(f"{live_server.url}/admin/django_lonnymq/schedule/add/")

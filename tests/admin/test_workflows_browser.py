@@ -14,6 +14,7 @@ from django.db import connection
 from django_lonnymq import Workflow, api
 from django_lonnymq.workflows import chord
 
+from .conftest import admin_page
 from .test_browser import OUTPUT
 
 SHOTS = Path("/tmp/shots_workflows")
@@ -63,13 +64,7 @@ def test_an_operator_sees_a_workflow_graph_and_requeues_and_cancels(  # type: ig
 
     OUTPUT.mkdir(exist_ok=True)
     SHOTS.mkdir(exist_ok=True)
-    page = browser.new_page(viewport={"width": 1366, "height": 900})
-    page.set_default_timeout(15_000)
-    page.goto(f"{live_server.url}/admin/login/?next=/admin/")
-    page.fill("#id_username", "ops")
-    page.fill("#id_password", "correct horse battery")
-    page.click("input[type=submit]")
-    page.wait_for_selector("#site-name")
+    page = admin_page(browser, live_server.url, width=1366, height=900)
 
     listing = f"{live_server.url}/admin/django_lonnymq/workflowrecord/"
     page.goto(f"{listing}?state__exact=failed")
