@@ -238,37 +238,16 @@ def configure_channel(
     arguments.channel(channel)
     plan_name = None if plan is _UNSET or plan is None else arguments.name("plan", plan, bounds.MAX_PLAN_NAME)
     inherited = _inherit(inherit)
-    unlimited = max_concurrency is None
-    if max_concurrency is _UNSET or max_concurrency is None:
-        max_concurrency = None
-    else:
-        max_concurrency = arguments.integer("max_concurrency", max_concurrency, 1, bounds.MAX_INT4)
-    if release_interval is _UNSET:
-        interval_ms = None
-    else:
-        interval_ms = (
-            0
-            if release_interval is None
-            else duration_ms("release_interval", release_interval, bounds.MAX_INTERVAL)
-        )
+    limits = _limit_params(weight, max_concurrency, release_interval, rate)
     if paused is _UNSET:
         paused = None
     elif not isinstance(paused, bool):
         raise InvalidArgument("paused", "must be a boolean", paused)
-    weight_checked = None if weight is _UNSET else arguments.integer("weight", weight, 1, bounds.MAX_WEIGHT)
-    bucket = None if rate is _UNSET or rate is None else Rate.of(rate)
     params = {
         "queue": queue,
         "channel": channel,
-        "max_concurrency": max_concurrency,
-        "unlimited": unlimited,
-        "release_interval_ms": interval_ms,
+        **limits,
         "paused": paused,
-        "weight": weight_checked,
-        "rate_count": bucket.count if bucket else None,
-        "rate_period_ms": bucket.period_ms if bucket else None,
-        "rate_burst": bucket.burst if bucket else None,
-        "no_rate": rate is None,
         "plan": plan_name,
         "no_plan": plan is None,
         "inherit": inherited,
@@ -277,6 +256,34 @@ def configure_channel(
 
 
 PLAN_LIMITS = ("weight", "max_concurrency", "release_interval", "rate")
+
+
+def _limit_params(weight: Any, max_concurrency: Any, release_interval: Any, rate: Any) -> dict[str, Any]:
+    """The four limits a channel and a plan share, checked, as statement parameters: an
+    omitted limit (``_UNSET``) is NULL and keeps its value; ``None`` clears it (``unlimited``,
+    ``no_rate``, a release interval of 0)."""
+    interval_ms = (
+        None
+        if release_interval is _UNSET
+        else 0
+        if release_interval is None
+        else duration_ms("release_interval", release_interval, bounds.MAX_INTERVAL)
+    )
+    bucket = None if rate is _UNSET or rate is None else Rate.of(rate)
+    return {
+        "weight": None if weight is _UNSET else arguments.integer("weight", weight, 1, bounds.MAX_WEIGHT),
+        "max_concurrency": (
+            None
+            if max_concurrency is _UNSET or max_concurrency is None
+            else arguments.integer("max_concurrency", max_concurrency, 1, bounds.MAX_INT4)
+        ),
+        "unlimited": max_concurrency is None,
+        "release_interval_ms": interval_ms,
+        "rate_count": bucket.count if bucket else None,
+        "rate_period_ms": bucket.period_ms if bucket else None,
+        "rate_burst": bucket.burst if bucket else None,
+        "no_rate": rate is None,
+    }
 
 
 def _inherit(value: Any) -> list[str]:
@@ -311,33 +318,7 @@ def configure_plan(
     changed.
     """
     arguments.name("name", name, bounds.MAX_PLAN_NAME)
-    unlimited = max_concurrency is None
-    cap = (
-        None
-        if max_concurrency is _UNSET or max_concurrency is None
-        else arguments.integer("max_concurrency", max_concurrency, 1, bounds.MAX_INT4)
-    )
-    if release_interval is _UNSET:
-        interval_ms = None
-    else:
-        interval_ms = (
-            0
-            if release_interval is None
-            else duration_ms("release_interval", release_interval, bounds.MAX_INTERVAL)
-        )
-    weight_checked = None if weight is _UNSET else arguments.integer("weight", weight, 1, bounds.MAX_WEIGHT)
-    bucket = None if rate is _UNSET or rate is None else Rate.of(rate)
-    params = {
-        "name": name,
-        "weight": weight_checked,
-        "max_concurrency": cap,
-        "unlimited": unlimited,
-        "release_interval_ms": interval_ms,
-        "rate_count": bucket.count if bucket else None,
-        "rate_period_ms": bucket.period_ms if bucket else None,
-        "rate_burst": bucket.burst if bucket else None,
-        "no_rate": rate is None,
-    }
+    params = {"name": name, **_limit_params(weight, max_concurrency, release_interval, rate)}
     return int(db.value("configure_plan", params, using=using))
 
 

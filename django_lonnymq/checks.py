@@ -51,6 +51,17 @@ def check_database(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     return []
 
 
+def _duration_ms(value: Any) -> int:
+    """A duration setting in milliseconds, or -1 when it is not a duration (a bool, a string,
+    a number too large): every range check below then fails and names the value."""
+    if isinstance(value, bool):
+        return -1
+    try:
+        return to_ms(value)
+    except (TypeError, ValueError, OverflowError):
+        return -1
+
+
 @register(Tags.compatibility)
 def check_queue_databases(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """E250: LONNYMQ_QUEUE_DATABASES maps queue names to PostgreSQL aliases of DATABASES."""
@@ -205,10 +216,7 @@ def check_sampling(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         value = getattr(settings, name)
         if value is None and optional:
             continue
-        try:
-            ms = to_ms(value) if not isinstance(value, bool) else -1
-        except (TypeError, ValueError, OverflowError):
-            ms = -1
+        ms = _duration_ms(value)
         if not to_ms(shortest) <= ms <= to_ms(longest):
             errors.append(
                 Error(
@@ -250,10 +258,7 @@ def check_health(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     errors: list[Error] = []
     value = settings.HEALTH_MAX_READY_AGE
     if value is not None:
-        try:
-            ms = to_ms(value) if not isinstance(value, bool) else -1
-        except (TypeError, ValueError, OverflowError):
-            ms = -1
+        ms = _duration_ms(value)
         if not 0 < ms <= to_ms(MAX_INTERVAL):
             errors.append(
                 Error(
@@ -331,10 +336,7 @@ def check_channel_idle_prune(app_configs: Any = None, **kwargs: Any) -> list[Err
     value = settings.CHANNEL_IDLE_PRUNE
     if value is None:
         return []
-    try:
-        ms = to_ms(value) if not isinstance(value, bool) else -1
-    except (TypeError, ValueError, OverflowError):
-        ms = -1
+    ms = _duration_ms(value)
     if 0 < ms <= to_ms(MAX_INTERVAL):
         return []
     return [
@@ -382,10 +384,7 @@ def check_workflow_retention(app_configs: Any = None, **kwargs: Any) -> list[Err
     value = settings.WORKFLOW_RETENTION
     if value is None:
         return []
-    try:
-        ms = to_ms(value) if not isinstance(value, bool) else -1
-    except (TypeError, ValueError, OverflowError):
-        ms = -1
+    ms = _duration_ms(value)
     if 0 <= ms <= to_ms(MAX_INTERVAL):
         return []
     return [
