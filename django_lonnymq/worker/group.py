@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import signal
 import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -25,11 +24,12 @@ from ..exceptions import InvalidArgument
 from .loop import Worker
 from .observer import EVENTS, Observer
 from .stats import Stats
+from .stopping import StopOnSignal
 
 logger = logging.getLogger("django_lonnymq.worker")
 
 
-class WorkerGroup:
+class WorkerGroup(StopOnSignal):
     """Serves ``queues_by_database`` (alias -> queues), one :class:`Worker` per alias."""
 
     def __init__(self, queues_by_database: Mapping[str, Sequence[str]], **options: Any):
@@ -53,6 +53,7 @@ class WorkerGroup:
         self.concurrency = first.concurrency
         self.batch_size = first.batch_size
         self.lease_ms = first.lease_ms
+        self.shutdown_timeout = first.shutdown_timeout
         self.held = _AllHeld(self.workers)
         self.observers = _AllObservers(self.workers)
         self._stopping = threading.Event()
@@ -80,22 +81,6 @@ class WorkerGroup:
     def force_stop(self) -> None:
         for worker in self.workers:
             worker.force_stop()
-
-    def _on_signal(self, signum: int, _frame: Any) -> None:
-        if self._stopping.is_set():
-            logger.warning("received %s again: exiting at once", signal.Signals(signum).name)
-            self.force_stop()
-        else:
-            logger.warning(
-                "received %s: letting running handlers finish (up to %gs); send it again to exit at once",
-                signal.Signals(signum).name,
-                self.workers[0].shutdown_timeout,
-            )
-            self.stop()
-
-    def install_signal_handlers(self) -> None:
-        signal.signal(signal.SIGTERM, self._on_signal)
-        signal.signal(signal.SIGINT, self._on_signal)
 
     def run(self) -> Stats:
         """Serve until stopped (or, ``burst``, until every part is idle); the counters.

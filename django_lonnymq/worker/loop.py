@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import threading
 import time
@@ -34,12 +33,13 @@ from .observer import LogObserver, Observers, SignalObserver
 from .running import Control
 from .spans import TracingObserver
 from .stats import Stats
+from .stopping import StopOnSignal
 from .waiting import Waiter
 
 logger = logging.getLogger("django_lonnymq.worker")
 
 
-class Worker:
+class Worker(StopOnSignal):
     """Serves one or more queues until stopped, ``max_messages`` ran, or (``burst``) idle."""
 
     def __init__(
@@ -180,22 +180,6 @@ class Worker:
         come back when their leases expire), tell their handlers' ``on_abandon``. Signal-safe."""
         self._forced.set()
         self.stop()
-
-    def _on_signal(self, signum: int, _frame: Any) -> None:
-        if self._stopping.is_set():
-            logger.warning("received %s again: exiting at once", signal.Signals(signum).name)
-            self.force_stop()
-        else:
-            logger.warning(
-                "received %s: letting running handlers finish (up to %gs); send it again to exit at once",
-                signal.Signals(signum).name,
-                self.shutdown_timeout,
-            )
-            self.stop()
-
-    def install_signal_handlers(self) -> None:
-        signal.signal(signal.SIGTERM, self._on_signal)
-        signal.signal(signal.SIGINT, self._on_signal)
 
     def run(self) -> Stats:
         """Serve until stopped; returns the counters."""
