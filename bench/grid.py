@@ -193,6 +193,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, nargs="*", default=[1, 10, 100])
     parser.add_argument("--no-setup", action="store_true", help="reuse the database of a previous run")
     parser.add_argument(
+        "--weight",
+        type=int,
+        default=1,
+        help="every channel's weight (a default plan of the queue): the messages a backlogged channel "
+        "releases per turn, the quantum of deficit round robin (default 1: exact round robin)",
+    )
+    parser.add_argument(
         "--ab",
         metavar="MIGRATION",
         help="also run the dequeue and ack functions as this migration left them (base)",
@@ -207,6 +214,10 @@ def main(argv: list[str] | None = None) -> None:
     if not args.no_setup:
         core.recreate_database(args.database_url)
     conn = core.connect(args.database_url)
+    if args.weight != 1:
+        # New channels take the plan's weight (the queue's default plan): every drain's channels.
+        conn.execute("SELECT lonnymq_configure_plan_v1('bench-weight', p_weight => %s)", [args.weight])
+        conn.execute("SELECT lonnymq_set_default_plan_v1(%s, 'bench-weight')", [QUEUE])
     if args.ab and args.base_tree:
         parser.error("--ab and --base-tree compare different things: give one")
     bodies = drain_bodies(args.ab) if args.ab else None
@@ -214,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
     grid = list(itertools.product(args.workers, args.concurrency, args.batch))
     if args.quick:
         grid = [g for g in grid if g[2] == 100 or (g[1], g[2]) in {(1, 1), (4, 10), (16, 100)}]
-    print(f"machine: {core.machine_facts()}; server: {core.server_facts(conn)}")
+    print(f"machine: {core.machine_facts()}; server: {core.server_facts(conn)}; channel weight {args.weight}")
     # The machine's own scaling, for "adding a worker never lowers the rate": the raw loop
     # with as many workers as the grid's rows (the ratios use 4).
     raws = {
