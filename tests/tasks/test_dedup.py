@@ -394,3 +394,40 @@ def test_concurrent_producers_while_a_worker_leases_never_leave_two_waiting_mess
     ready = TaskResultRecord.objects.filter(status="READY")
     assert ready.count() == Message.objects.filter(dedup_key="busy").count() <= 1
     assert TaskResultRecord.objects.filter(status="SUCCESSFUL").count() == len(leased_args)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"dedup_key": None}, "dedup_key"),
+        ({"dedup_key": ""}, "dedup_key"),
+        ({"on_duplicate": "debounce"}, "on_duplicate"),
+        ({"on_duplicate": None}, "on_duplicate"),
+        ({"payload": '{"task": "t", "backend": "default", "args": [], "kwargs": {}}'}, "payload.result_id"),
+        ({"max_attempts": 0}, "max_attempts"),
+    ],
+)
+def test_the_sql_function_refuses_bad_input_on_its_own(overrides: dict[str, Any], field: str) -> None:
+    from django_lonnymq import db
+    from django_lonnymq.conf import enqueue_params
+
+    params = {
+        "queue": "default",
+        "channel": "default",
+        "payload": '{"task": "tests.testapp.tasks.add", "result_id": "r1", "backend": "default",'
+        ' "args": [1, 2], "kwargs": {}}',
+        "run_at_ms": None,
+        "priority": 0,
+        "max_attempts": 3,
+        "run_after": None,
+        "enqueued_at": timezone.now(),
+        "dedup_key": "k",
+        "on_duplicate": "replace",
+        **enqueue_params(),
+        **overrides,
+    }
+    with pytest.raises(InvalidArgument) as caught:
+        db.models(TaskResultRecord, "enqueue_task_keyed", params)
+    assert caught.value.field == field
+    assert rows("SELECT 1 FROM lonnymq_message UNION ALL SELECT 1 FROM lonnymq_task_result") == []
+    assert rows("SELECT 1 FROM lonnymq_dedup UNION ALL SELECT 1 FROM lonnymq_channel") == []
