@@ -9,7 +9,11 @@ Django connection, same arguments, 10 tenant channels:
 * transaction of two: what ``enqueue()`` did before, rebuilt here: ``transaction.atomic()``
   around ``django_lonnymq.enqueue()`` and an ORM insert of the result row (BEGIN, two
   statements, COMMIT: four round trips);
-* message only: ``django_lonnymq.enqueue()`` of the same payload, no result row (the floor).
+* message only: ``django_lonnymq.enqueue()`` of the same payload, no result row (the floor);
+* dedup, new key: ``task.enqueue()`` under ``tasks.dedup(key, on_duplicate="replace")`` with
+  a key never used before (``lonnymq_enqueue_task_keyed_v1`` creates the message and result);
+* dedup, same key: the same with one key per channel, so all but the first enqueue of a
+  channel replace its waiting task (message payload and result row changed in place).
 
 Every round runs each row once on emptied tables, in a rotating order; the table shows the
 median microseconds per task and the median of the rounds' ratios to the one-call row. The
@@ -33,7 +37,7 @@ from . import core
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/lq_bench_tasks"
 QUEUE = "bench_tasks"
 CHANNELS = 10
-ROWS = ["one SQL call", "transaction of two", "message only"]
+ROWS = ["one SQL call", "transaction of two", "message only", "dedup, new key", "dedup, same key"]
 
 
 def send_report(report_id: int, tenant_id: str, title: str) -> None:
@@ -75,6 +79,8 @@ def measure(url: str, n: int, rounds: int) -> dict[str, dict[str, float]]:
 
     from django_lonnymq import enqueue
     from django_lonnymq.models import TaskResultRecord
+    from django_lonnymq.tasks import dedup
+
     try:
         from django.tasks import task
     except ImportError:
@@ -112,8 +118,18 @@ def measure(url: str, n: int, rounds: int) -> dict[str, dict[str, float]]:
                        "args": [], "kwargs": args}  # fmt: skip
             enqueue(QUEUE, payload, channel=args["tenant_id"])
 
+    def dedup_new_key() -> None:
+        for i in range(n):
+            with dedup(f"report-{i}", on_duplicate="replace"):
+                report.enqueue(**kwargs(i))
+
+    def dedup_same_key() -> None:
+        for i in range(n):
+            with dedup("report", on_duplicate="replace"):
+                report.enqueue(**kwargs(i))
+
     steps: dict[str, Callable[[], None]] = dict(
-        zip(ROWS, [one_call, transaction_of_two, message_only], strict=True)
+        zip(ROWS, [one_call, transaction_of_two, message_only, dedup_new_key, dedup_same_key], strict=True)
     )
     micros: dict[str, list[float]] = {row: [] for row in ROWS}
     ratios: dict[str, list[float]] = {row: [] for row in ROWS}
@@ -122,7 +138,8 @@ def measure(url: str, n: int, rounds: int) -> dict[str, dict[str, float]]:
         order = ROWS[r % len(ROWS) :] + ROWS[: r % len(ROWS)]
         for row in order:
             admin.execute(
-                "TRUNCATE lonnymq_message, lonnymq_channel, lonnymq_wake, lonnymq_task_result RESTART IDENTITY CASCADE"
+                "TRUNCATE lonnymq_message, lonnymq_channel, lonnymq_wake, lonnymq_task_result, lonnymq_dedup"
+                " RESTART IDENTITY CASCADE"
             )
             t0 = time.perf_counter()
             steps[row]()

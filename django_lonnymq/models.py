@@ -504,6 +504,7 @@ class TaskResultRecord(models.Model):
                 name="lonnymq_task_finished_idx",
                 condition=Q(finished_at__isnull=False),
             ),
+            models.Index(fields=["message_id"], name="lonnymq_task_message_idx"),
         ]
 
     def __str__(self) -> str:

@@ -13,7 +13,8 @@ Configure it in place of any other backend::
 Works with ``django.tasks`` (Django 6) and the ``django-tasks`` backport (Django 5.2); the
 import is chosen at run time. Each task queue is a django-lonnymq queue; the tenant channel
 comes from :func:`channel` (a context manager), the ``CHANNEL_KWARG`` option, or
-``DEFAULT_CHANNEL``. Priority 0..100 maps onto the queue's priority; negative priorities
+``DEFAULT_CHANNEL``; a dedup key and its mode come from :func:`dedup` (a context manager,
+docs/tasks.md). Priority 0..100 maps onto the queue's priority; negative priorities
 cannot be expressed (priority only moves work earlier) and are refused by ``validate_task``.
 Results are stored in ``lonnymq_task_result``, apart from the queue's hot tables.
 
@@ -79,6 +80,9 @@ TaskResultDoesNotExist: type[Exception] = _task_exceptions.TaskResultDoesNotExis
 logger = logging.getLogger("django_lonnymq.tasks")
 
 _channel: contextvars.ContextVar[str | None] = contextvars.ContextVar("lonnymq_task_channel", default=None)
+_dedup: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
+    "lonnymq_task_dedup", default=None
+)
 
 # The OPTIONS the backend reads; any other key is reported by check() (a typo would be ignored).
 OPTION_NAMES = ("CHANNEL_KWARG", "DEFAULT_CHANNEL", "DATABASE", "MAX_ATTEMPTS", "TASK_MODULES")
@@ -93,6 +97,22 @@ def channel(name: str) -> Iterator[None]:
         yield
     finally:
         _channel.reset(token)
+
+
+@contextlib.contextmanager
+def dedup(key: str, on_duplicate: str = "skip") -> Iterator[None]:
+    """Enqueue the tasks of this block with dedup key ``key`` (per queue and channel) and mode
+    ``on_duplicate``: ``"skip"`` returns the key's result, ``"replace"`` (debounce) and
+    ``"update"`` (throttle) change the key's waiting task and return its result (see
+    docs/tasks.md). A bad key or mode raises ``InvalidArgument`` here, before any enqueue."""
+    arguments.name("dedup_key", key, bounds.MAX_DEDUP_KEY)  # a key is required here: None too is refused
+    arguments.dedup_key(key)
+    arguments.on_duplicate(on_duplicate, key)
+    token = _dedup.set((key, on_duplicate))
+    try:
+        yield
+    finally:
+        _dedup.reset(token)
 
 
 def _module_path(obj: Any) -> str:
@@ -205,11 +225,47 @@ class LonnyMQBackend(BaseTaskBackend):
             **enqueue_params(),
         }
         database = self.database_for(task.queue_name)
+        keyed = _dedup.get()
+        if keyed is not None:
+            return self._enqueue_keyed(task, result, params, keyed, database)
         message_id = int(db.value("enqueue_task", params, using=database))
         if eager.enabled():
             eager.after_enqueue(task.queue_name, [message_id], database)
         _task_signals.task_enqueued.send(type(self), task_result=result)
         return result
+
+    def _enqueue_keyed(
+        self, task: Task, result: Any, params: dict[str, Any], keyed: tuple[str, str], database: str
+    ) -> TaskResult:
+        """An enqueue under :func:`dedup`: one SQL call creates, changes or finds the key's
+        message and its one result row. ``task_enqueued`` is sent when a message was written
+        (created or changed), not for a skip; eager mode delivers a created message (a changed
+        one is still waiting for the delivery of the enqueue that created it)."""
+        from . import eager
+        from .models import TaskResultRecord
+
+        key, mode = keyed
+        arguments.dedup_key(key)
+        arguments.on_duplicate(mode, key)
+        params = {**params, "dedup_key": key, "on_duplicate": mode}
+        (record,) = db.models(TaskResultRecord, "enqueue_task_keyed", params, using=database)
+        outcome = record.outcome
+        if outcome == "created":
+            if eager.enabled():
+                eager.after_enqueue(task.queue_name, [int(record.message_id)], database)
+            _task_signals.task_enqueued.send(type(self), task_result=result)
+            return result
+        if record.task_path == task.module_path:
+            found = _as_enqueued(task, record)
+        else:  # skipped to the key's message of another task
+            try:
+                found = _as_enqueued(find_task(record.task_path, self), record)
+            except UnknownTask:
+                found = _stand_in_task(record.task_path, record.backend, record.queue, record.priority)
+        stored = _result_from_record(record, found)
+        if outcome == "changed":
+            _task_signals.task_enqueued.send(type(self), task_result=stored)
+        return stored
 
     # -- results -----------------------------------------------------------------------
 

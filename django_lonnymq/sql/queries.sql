@@ -23,6 +23,15 @@ SELECT lonnymq_enqueue_task_v1(%(queue)s::text, %(channel)s::text, %(payload)s::
                                %(enqueued_at)s::timestamptz, %(priority_step_ms)s::bigint,
                                %(tolerance_ms)s::bigint)
 
+-- name: enqueue_task_keyed
+-- A Django Task with a dedup key: the result row of the message it created, changed or
+-- skipped to, and the outcome ('created', 'changed', 'skipped').
+SELECT (k.result).*, k.outcome
+  FROM lonnymq_enqueue_task_keyed_v1(%(queue)s::text, %(channel)s::text, %(payload)s::jsonb, %(run_at_ms)s::bigint,
+                                     %(priority)s::integer, %(max_attempts)s::integer, %(run_after)s::timestamptz,
+                                     %(enqueued_at)s::timestamptz, %(dedup_key)s::text, %(on_duplicate)s::text,
+                                     %(priority_step_ms)s::bigint, %(tolerance_ms)s::bigint) k
+
 -- name: enqueue_traced
 -- enqueue, and the trace context of the recording span around it, in one statement (the
 -- first enqueue of a dedup key keeps its own context).

@@ -45,7 +45,7 @@ DOCUMENTED = {
     ],
     "django_lonnymq.signals": ["message_dead", "message_finished", "message_started"],
     "django_lonnymq.testing": ["assert_enqueued", "assert_nothing_enqueued", "drain", "eager", "enqueued", "tick"],
-    "django_lonnymq.tasks": ["LonnyMQBackend"],
+    "django_lonnymq.tasks": ["LonnyMQBackend", "channel", "dedup"],
     "django_lonnymq.spark": ["export"],
     "django_lonnymq.rates": ["Rate"],
     "django_lonnymq.logs": ["Formatter", "LOGGER", "build_formatter", "configure_console"],
