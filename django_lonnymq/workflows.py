@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from . import arguments, bounds, db
+from . import arguments, bounds, db, eager
 from .conf import settings
 from .durations import duration_ms
 from .exceptions import InvalidArgument
@@ -242,6 +242,8 @@ class Workflow:
             "tolerance_ms": settings.ms("WAKE_TOLERANCE"),
         }
         self.id = int(db.value("workflow_start", params, using=self.using, arrays=True))
+        if eager.enabled():
+            eager.after_workflow_start(self.id, self.using)
         return self.id
 
 
@@ -343,13 +345,16 @@ def requeue_failed_steps(workflow_id: int, *, using: str | None = None) -> list[
     ids = [int(r[0]) for r in db.rows("workflow_failed_steps", params, using=using)]
     if not ids:
         return []
-    return list(
+    requeued = list(
         db.value(
             "requeue_dead",
             {"ids": ids, "reset_attempts": True, "tolerance_ms": settings.ms("WAKE_TOLERANCE")},
             using=using,
         )
     )
+    if requeued and eager.enabled():
+        eager.after_workflow_start(params["id"], db.alias(using))
+    return requeued
 
 
 def counts(*, using: str | None = None) -> dict[str, int]:
