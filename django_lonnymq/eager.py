@@ -275,7 +275,11 @@ def run_workflow(workflow_id: int, alias: str) -> None:
         if failure is not None and failure not in tried:
             tried.add(failure)
             if MessageRow.objects.using(alias).filter(id=failure).exists():
-                queue = WorkflowRecord.objects.using(alias).values_list("on_failure_queue", flat=True).get(id=workflow_id)
+                queue = (
+                    WorkflowRecord.objects.using(alias)
+                    .values_list("on_failure_queue", flat=True)
+                    .get(id=workflow_id)
+                )
                 run(str(queue), [failure], alias)
             continue
         if not ready:
