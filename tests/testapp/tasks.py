@@ -90,3 +90,11 @@ def snooze_then_add(key: str, a: int, b: int) -> int:
         SNOOZED.add(key)
         raise Snooze(0.01)
     return a + b
+
+
+@task()
+def total_of_parents(extra: int = 0) -> int:
+    """A workflow step: the sum of its parents' (integer) outputs, plus ``extra``."""
+    from django_lonnymq.workflows import parent_outputs
+
+    return sum(v for v in parent_outputs().values() if isinstance(v, int)) + extra
