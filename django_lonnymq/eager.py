@@ -36,7 +36,7 @@ from django.db import connections, transaction
 
 from . import db, jsontext
 from .conf import settings
-from .message import Message
+from .message import Message, is_step, workflow_of
 
 logger = logging.getLogger("django_lonnymq.eager")
 
@@ -65,11 +65,6 @@ def after_enqueue(queue: str, ids: Sequence[int], alias: str) -> None:
     if not ids:
         return
     when_committed(functools.partial(run, queue, list(ids), alias), alias)
-
-
-def after_workflow_start(workflow_id: int, alias: str) -> None:
-    """Run a started workflow's steps now or when the starting transaction commits."""
-    when_committed(functools.partial(run_workflow, workflow_id, alias), alias)
 
 
 def when_committed(deliver: Any, alias: str) -> None:
@@ -245,45 +240,9 @@ def _deliver(alias: str, handle: Any, queue: str, row: tuple[Any, ...]) -> str:
 def _workflow_inputs(message: Message, alias: str) -> None:
     """A workflow step (its dedup key says so): its workflow, name and parents' outputs, as a
     worker gives them (``worker/fetching.py``); an ``on_failure`` message: its workflow."""
-    from .workflows import is_step, workflow_of
-
     message.workflow_id = workflow_of(message.dedup_key)
     if not is_step(message.dedup_key):
         return
     for _, name, outputs in db.rows("workflow_inputs", {"ids": [message.id]}, using=alias):
         message.step_name = name
         message.parent_outputs = jsontext.decode(outputs) if isinstance(outputs, str) else dict(outputs)
-
-
-def run_workflow(workflow_id: int, alias: str) -> None:
-    """Run a workflow's steps in dependency order on this connection: each round delivers the
-    steps in the message table (through :func:`run`, by queue); their acks release the next
-    round's. The ``on_failure`` message runs once the workflow failed. Stops when a round
-    finds nothing new to run (a step left undelivered in a paused channel is not retried)."""
-    from .models import Message as MessageRow
-    from .models import WorkflowRecord
-    from .workflows import workflow
-
-    tried: set[int] = set()
-    while True:
-        state = workflow(workflow_id, using=alias)
-        ready: dict[str, list[int]] = {}
-        for step in state.steps:  # ids ascend along every edge
-            if step.state == "queued" and step.attempts is not None and step.id not in tried:
-                ready.setdefault(step.queue, []).append(step.id)
-        failure = state.on_failure_message_id
-        if failure is not None and failure not in tried:
-            tried.add(failure)
-            if MessageRow.objects.using(alias).filter(id=failure).exists():
-                queue = (
-                    WorkflowRecord.objects.using(alias)
-                    .values_list("on_failure_queue", flat=True)
-                    .get(id=workflow_id)
-                )
-                run(str(queue), [failure], alias)
-            continue
-        if not ready:
-            return
-        for queue, ids in ready.items():
-            tried.update(ids)
-            run(queue, ids, alias)

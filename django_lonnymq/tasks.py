@@ -41,7 +41,7 @@ from typing import Any, NoReturn
 from django.db import connections
 from django.utils import timezone
 
-from . import arguments, bounds, db, routing, workflows
+from . import arguments, bounds, db, routing
 from .conf import enqueue_params
 from .conf import settings as lonnymq_settings
 from .exceptions import (
@@ -87,6 +87,10 @@ TaskResultDoesNotExist: type[Exception] = _task_exceptions.TaskResultDoesNotExis
 logger = logging.getLogger("django_lonnymq.tasks")
 
 _channel: contextvars.ContextVar[str | None] = contextvars.ContextVar("lonnymq_task_channel", default=None)
+# The workflow step message whose task runs now: what workflows.parent_outputs() reads.
+running_step: contextvars.ContextVar[Message | None] = contextvars.ContextVar(
+    "lonnymq_running_step", default=None
+)
 
 # The OPTIONS the backend reads; any other key is reported by check() (a typo would be ignored).
 OPTION_NAMES = ("CHANNEL_KWARG", "DEFAULT_CHANNEL", "DATABASE", "MAX_ATTEMPTS", "TASK_MODULES")
@@ -582,7 +586,7 @@ def run_task_message(message: Message) -> Any:
     sender = type(backend)
     _start(record, rows)
     result = _result_from_record(record, task)
-    step = workflows.running_step.set(message) if message.step_name is not None else None
+    step = running_step.set(message) if message.step_name is not None else None
     try:
         _task_signals.task_started.send(sender, task_result=result)
         if task.takes_context:
@@ -602,7 +606,7 @@ def run_task_message(message: Message) -> Any:
         raise
     finally:
         if step is not None:
-            workflows.running_step.reset(step)
+            running_step.reset(step)
     try:
         stored = json.loads(arguments.payload(value, "return value"))
     except PayloadError as exc:

@@ -19,7 +19,7 @@ with transaction.atomic():
 
 from __future__ import annotations
 
-import contextvars
+import functools
 import heapq
 import json
 from collections.abc import Iterable, Sequence
@@ -37,41 +37,16 @@ from .exceptions import InvalidArgument
 # Workflow.step's payload when none is given (a Django Task step has args and kwargs).
 _NO_PAYLOAD: Any = object()
 
-# A step's message carries this dedup key prefix and its workflow id: how a worker tells a
-# step from a plain message without asking the database.
-STEP_KEY_PREFIX = "lonnymq.step:"
-# The on_failure message's dedup key: this prefix and the workflow id (enqueued once).
-FAILED_KEY_PREFIX = "lonnymq.workflow_failed:"
-
-
-# The step message whose Django Task runs now (set by the task backend's handler): what
-# parent_outputs() reads.
-running_step: contextvars.ContextVar[Any] = contextvars.ContextVar("lonnymq_running_step", default=None)
-
-
 def parent_outputs() -> dict[str, Any]:
     """Inside a Django Task that runs as a workflow step (``flow.step(task, ...)``): its
     parents' outputs, by step name, as a handler reads ``message.parent_outputs``. ``{}``
     for a step without parents, and outside a step (the task was enqueued on its own)."""
+    try:
+        from .tasks import running_step
+    except ImportError:  # neither django.tasks nor the django-tasks backport: no task runs
+        return {}
     message = running_step.get()
     return dict(message.parent_outputs) if message is not None else {}
-
-
-def workflow_of(dedup_key: str | None) -> int | None:
-    """The workflow id a step's (or an on_failure message's) dedup key carries, else None."""
-    if not dedup_key:
-        return None
-    for prefix in (STEP_KEY_PREFIX, FAILED_KEY_PREFIX):
-        if dedup_key.startswith(prefix):
-            try:
-                return int(dedup_key[len(prefix) :])
-            except ValueError:
-                return None
-    return None
-
-
-def is_step(dedup_key: str | None) -> bool:
-    return bool(dedup_key) and dedup_key.startswith(STEP_KEY_PREFIX)  # type: ignore[union-attr]
 
 
 class Step:
@@ -320,7 +295,7 @@ class Workflow:
         else:
             self.id = int(db.value("workflow_start", params, using=self.using, arrays=True))
         if eager.enabled():
-            eager.after_workflow_start(self.id, self.using)
+            eager.when_committed(functools.partial(run_eagerly, self.id, self.using), self.using)
         return self.id
 
 
@@ -468,7 +443,8 @@ def requeue_failed_steps(workflow_id: int, *, using: str | None = None) -> list[
         )
     )
     if requeued and eager.enabled():
-        eager.after_workflow_start(params["id"], db.alias(using))
+        alias = db.alias(using)
+        eager.when_committed(functools.partial(run_eagerly, params["id"], alias), alias)
     return requeued
 
 
@@ -486,3 +462,33 @@ def prune(older_than: timedelta | float, *, limit: int = 1000, using: str | None
         "limit": arguments.integer("limit", limit, 1, 100_000),
     }
     return int(db.value("workflow_prune", params, using=using))
+
+
+def run_eagerly(workflow_id: int, alias: str) -> None:
+    """Eager mode (:mod:`django_lonnymq.eager`): run a workflow's steps in dependency order on
+    this connection. Each round delivers the steps in the message table (``eager.run``, by
+    queue, through the real dequeue and the workflow's ack); their acks release the next
+    round's. The ``on_failure`` message runs once the workflow failed. It stops when a round
+    finds nothing new to run (a step left undelivered in a paused channel is not retried)."""
+    from .models import Message as MessageRow
+    from .models import WorkflowRecord
+
+    tried: set[int] = set()
+    while True:
+        state = workflow(workflow_id, using=alias)
+        ready: dict[str, list[int]] = {}
+        for step in state.steps:  # ids ascend along every edge
+            if step.state == "queued" and step.attempts is not None and step.id not in tried:
+                ready.setdefault(step.queue, []).append(step.id)
+        failure = state.on_failure_message_id
+        if failure is not None and failure not in tried:
+            tried.add(failure)
+            if MessageRow.objects.using(alias).filter(id=failure).exists():
+                queue = WorkflowRecord.objects.using(alias).values_list("on_failure_queue", flat=True).get(id=workflow_id)
+                eager.run(str(queue), [failure], alias)
+            continue
+        if not ready:
+            return
+        for queue, ids in ready.items():
+            tried.update(ids)
+            eager.run(queue, ids, alias)
