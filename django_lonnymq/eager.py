@@ -198,7 +198,10 @@ def _deliver(alias: str, handle: Any, queue: str, row: tuple[Any, ...]) -> str:
     refused = outcomes.refused(message)
     if refused is None:
         signals.handler_started(message)
-    outcome = refused or outcomes.run(in_savepoint, message)
+    # The task backend's handler makes its own savepoint around the task (its result's
+    # status and errors stay when the task fails).
+    own = getattr(handle, "lonnymq_own_savepoint", False)
+    outcome = refused or outcomes.run(call if own else in_savepoint, message)
     if outcome.action == "ack" and message.step_name is not None:
         # A step: its output recorded and its ready children released, as a worker's ack does.
         params = {"ids": [message.id], "tokens": [str(message.lease_token)], "outputs": [outcome.output],

@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from importlib import import_module
 from typing import Any, NoReturn
 
-from django.db import connections
+from django.db import connections, transaction
 from django.utils import timezone
 
 from . import arguments, bounds, db, routing
@@ -588,11 +588,12 @@ def run_task_message(message: Message) -> Any:
     result = _result_from_record(record, task)
     step = running_step.set(message) if message.step_name is not None else None
     try:
-        _task_signals.task_started.send(sender, task_result=result)
-        if task.takes_context:
-            value = task.call(TaskContext(task_result=result), *record.args, **record.kwargs)
-        else:
-            value = task.call(*record.args, **record.kwargs)
+        with _own_savepoint(rows.db):
+            _task_signals.task_started.send(sender, task_result=result)
+            if task.takes_context:
+                value = task.call(TaskContext(task_result=result), *record.args, **record.kwargs)
+            else:
+                value = task.call(*record.args, **record.kwargs)
     except Snooze:
         # The message waits again without spending an attempt: no error, the result is READY.
         rows.update(status="READY")
@@ -621,6 +622,20 @@ def run_task_message(message: Message) -> Any:
     _send_finished(sender, _result_from_record(record, task))
     # A workflow step's output is the task's return value (a plain task message has none).
     return stored if message.step_name is not None else None
+
+
+def _own_savepoint(alias: str) -> Any:
+    """Eager mode runs the handler inside the caller's transaction: there the task gets a
+    savepoint of its own, so a failing task's writes go while its result's status and errors
+    stay (a worker's handler runs in autocommit: nothing to do)."""
+    if connections[alias].in_atomic_block:
+        return transaction.atomic(using=alias)
+    return contextlib.nullcontext()
+
+
+# Eager mode gives this handler no savepoint around the whole run: it makes its own
+# (_own_savepoint), which keeps the result's bookkeeping when the task fails.
+run_task_message.lonnymq_own_savepoint = True  # type: ignore[attr-defined]
 
 
 def abandon_task_message(message: Message) -> None:

@@ -152,3 +152,28 @@ def test_a_queued_step_whose_message_api_cancel_deleted_reads_as_cancelled():
     assert api.workflow(workflow_id).state == "running"  # use cancel_workflow to end the workflow
     cancel_workflow(workflow_id)
     assert api.workflow(workflow_id).state == "cancelled"
+
+
+def test_in_eager_mode_a_failing_task_step_fails_the_workflow_and_ends_its_result_failed():
+    flow = Workflow("tasks")
+    boom = flow.step(tasks.explode, kwargs={"times": 2})  # the backend's MAX_ATTEMPTS: 2
+    flow.step(tasks.add, args=[1, 1], after=[boom])
+    with eager():
+        workflow_id = flow.start()
+    info = api.workflow(workflow_id)
+    assert info.state == "failed" and [s.state for s in info.steps] == ["dead", "waiting"]
+    failed = TaskResultRecord.objects.get(message_id=info.steps[0].id)
+    assert failed.status == "FAILED" and failed.finished_at is not None
+    assert [e["exception_class_path"] for e in failed.errors] == ["builtins.ValueError"] * 2
+    assert "exploded 2" in failed.errors[-1]["traceback"]
+    assert TaskResultRecord.objects.get(message_id=info.steps[1].id).status == "READY"
+
+
+def test_in_eager_mode_a_failing_tasks_own_writes_go_and_its_result_stays():
+    from django_lonnymq.models import Channel
+
+    with eager():
+        result = tasks.writes_then_fails.enqueue("eager-task-write")
+    record = TaskResultRecord.objects.get(id=result.id)
+    assert record.status == "FAILED" and len(record.errors) == 2
+    assert not Channel.objects.filter(name="eager-task-write").exists()  # the task's write rolled back

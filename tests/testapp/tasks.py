@@ -98,3 +98,12 @@ def total_of_parents(extra: int = 0) -> int:
     from django_lonnymq.workflows import parent_outputs
 
     return sum(v for v in parent_outputs().values() if isinstance(v, int)) + extra
+
+
+@task()
+def writes_then_fails(name: str) -> None:
+    """Writes a row, then fails: in eager mode the write goes with the task's savepoint."""
+    from django_lonnymq.models import Channel
+
+    Channel.objects.create(queue="eager_task_write", name=name)
+    raise RuntimeError("after the write")
