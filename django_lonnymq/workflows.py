@@ -419,6 +419,8 @@ def _task_results_of_unfinished_steps(workflow_id: int, alias: str) -> dict[int,
     from .models import WorkflowStepRecord
 
     steps = WorkflowStepRecord.objects.using(alias).filter(workflow_id=workflow_id, state__in=("waiting", "queued"))
+    if not tasks.any_queue_is_a_task_queue():
+        steps = steps.filter(queue__in=tasks.task_queues())  # only task queues hold task steps
     payloads = dict(steps.filter(state="waiting").values_list("id", "payload"))
     queued = list(steps.filter(state="queued").values_list("id", flat=True))
     payloads.update(MessageRow.objects.using(alias).filter(id__in=queued).values_list("id", "payload"))
