@@ -36,7 +36,7 @@ from django.db import connections, transaction
 
 from . import db, jsontext
 from .conf import settings
-from .message import Message
+from .message import Message, is_step, workflow_of
 
 logger = logging.getLogger("django_lonnymq.eager")
 
@@ -62,25 +62,30 @@ def forced() -> Iterator[None]:
 
 def after_enqueue(queue: str, ids: Sequence[int], alias: str) -> None:
     """Run ``ids`` now or when the enqueuing transaction commits (see the module's docstring)."""
-    conn = connections[alias]
     if not ids:
         return
+    when_committed(functools.partial(run, queue, list(ids), alias), alias)
+
+
+def when_committed(deliver: Any, alias: str) -> None:
+    """Call ``deliver()`` where a real commit of the caller's transaction would be (see the
+    module's docstring)."""
+    conn = connections[alias]
     if not conn.in_atomic_block:
-        run(queue, list(ids), alias)
+        deliver()
         return
     in_testcase = [_from_testcase(block) for block in conn.atomic_blocks]
     if all(in_testcase):
-        run(queue, list(ids), alias)
+        deliver()
         return
-    deliver = functools.partial(run, queue, list(ids), alias)
     if any(in_testcase):
         # The test's transaction never commits: run at the exit of the code's outermost block.
         if watch_block_exits():
             # Watching began inside an open block, whose exit Python has already looked up:
             # that block would never run it, so run it now, as before watching existed.
-            run(queue, list(ids), alias)
+            deliver()
             return
-        deliver.lonnymq_eager = True  # type: ignore[attr-defined]
+        deliver.lonnymq_eager = True
     transaction.on_commit(deliver, using=alias)
 
 
@@ -182,6 +187,7 @@ def _deliver(alias: str, handle: Any, queue: str, row: tuple[Any, ...]) -> str:
     message = outcomes.message_from_row(queue, row)
     if isinstance(message.payload, str):  # Django's connection leaves jsonb as text (JSONField decodes it)
         message.payload = jsontext.decode(message.payload)
+    _workflow_inputs(message, alias)
     call = async_to_sync(handle) if is_async(handle) else handle
 
     def in_savepoint(message: Message) -> object:
@@ -192,7 +198,17 @@ def _deliver(alias: str, handle: Any, queue: str, row: tuple[Any, ...]) -> str:
     refused = outcomes.refused(message)
     if refused is None:
         signals.handler_started(message)
-    outcome = refused or outcomes.run(in_savepoint, message)
+    # The task backend's handler makes its own savepoint around the task (its result's
+    # status and errors stay when the task fails).
+    own = getattr(handle, "lonnymq_own_savepoint", False)
+    outcome = refused or outcomes.run(call if own else in_savepoint, message)
+    if outcome.action == "ack" and message.step_name is not None:
+        # A step: its output recorded and its ready children released, as a worker's ack does.
+        params = {"ids": [message.id], "tokens": [str(message.lease_token)], "outputs": [outcome.output],
+                  "tolerance_ms": settings.ms("WAKE_TOLERANCE")}  # fmt: skip
+        db.value("workflow_ack", params, using=alias)
+        signals.acked(message)
+        return "ack"
     if outcome.action == "ack":
         db.value("ack", {"ids": [message.id], "tokens": [str(message.lease_token)]}, using=alias)
         signals.acked(message)
@@ -222,3 +238,14 @@ def _deliver(alias: str, handle: Any, queue: str, row: tuple[Any, ...]) -> str:
     # The same signals as a worker's (its SignalObserver), after the database recorded the run.
     (signals.dead if result == "dead" else signals.retried)(outcome)
     return result
+
+
+def _workflow_inputs(message: Message, alias: str) -> None:
+    """A workflow step (its dedup key says so): its workflow, name and parents' outputs, as a
+    worker gives them (``worker/fetching.py``); an ``on_failure`` message: its workflow."""
+    message.workflow_id = workflow_of(message.dedup_key)
+    if not is_step(message.dedup_key):
+        return
+    for _, name, outputs in db.rows("workflow_inputs", {"ids": [message.id]}, using=alias):
+        message.step_name = name
+        message.parent_outputs = jsontext.decode(outputs) if isinstance(outputs, str) else dict(outputs)

@@ -161,6 +161,11 @@ class WorkerInterrupted(LonnyMQError):
     """The worker was told to exit at once while this task ran (its message comes back)."""
 
 
+class WorkflowCancelled(LonnyMQError):
+    """Recorded in the result of a Django Task step whose workflow was cancelled before the
+    step ran: the result ends ``FAILED`` with this error (the task never runs)."""
+
+
 class Retry(Exception):  # noqa: N818 - a request, not an error
     """Raise from a handler to retry the message after ``delay`` (counts as an attempt).
 

@@ -12,6 +12,30 @@ from .bounds import MAX_LEASE
 from .durations import duration_ms
 from .exceptions import InvalidArgument
 
+# A step's message carries this dedup key prefix and its workflow id: how a worker tells a
+# step from a plain message without asking the database.
+STEP_KEY_PREFIX = "lonnymq.step:"
+# The on_failure message's dedup key: this prefix and the workflow id (enqueued once).
+FAILED_KEY_PREFIX = "lonnymq.workflow_failed:"
+
+
+def workflow_of(dedup_key: str | None) -> int | None:
+    """The workflow id a step's (or an on_failure message's) dedup key carries, else None."""
+    if not dedup_key:
+        return None
+    for prefix in (STEP_KEY_PREFIX, FAILED_KEY_PREFIX):
+        if dedup_key.startswith(prefix):
+            try:
+                return int(dedup_key[len(prefix) :])
+            except ValueError:
+                return None
+    return None
+
+
+def is_step(dedup_key: str | None) -> bool:
+    return bool(dedup_key) and dedup_key.startswith(STEP_KEY_PREFIX)  # type: ignore[union-attr]
+
+
 # The dedup key of a periodic schedule's tick: the schedule's id and the tick (ms since the epoch).
 TICK_KEY_PREFIX = "lonnymq.periodic:"
 

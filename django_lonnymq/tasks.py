@@ -39,13 +39,21 @@ from collections.abc import Iterator
 from importlib import import_module
 from typing import Any, NoReturn
 
-from django.db import connections
+from django.db import connections, transaction
 from django.utils import timezone
 
 from . import arguments, bounds, db, routing
 from .conf import enqueue_params
 from .conf import settings as lonnymq_settings
-from .exceptions import Discard, LonnyMQError, PayloadError, Snooze, UnknownTask, WorkerInterrupted
+from .exceptions import (
+    Discard,
+    LonnyMQError,
+    PayloadError,
+    Snooze,
+    UnknownTask,
+    WorkerInterrupted,
+    WorkflowCancelled,
+)
 from .message import Message
 from .registry import add_discovery_hook, register_default
 
@@ -82,6 +90,10 @@ logger = logging.getLogger("django_lonnymq.tasks")
 _channel: contextvars.ContextVar[str | None] = contextvars.ContextVar("lonnymq_task_channel", default=None)
 _dedup: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
     "lonnymq_task_dedup", default=None
+)
+# The workflow step message whose task runs now: what workflows.parent_outputs() reads.
+running_step: contextvars.ContextVar[Message | None] = contextvars.ContextVar(
+    "lonnymq_running_step", default=None
 )
 
 # The OPTIONS the backend reads; any other key is reported by check() (a typo would be ignored).
@@ -607,7 +619,7 @@ def _cannot_run(
     raise Discard(str(error))
 
 
-def run_task_message(message: Message) -> None:
+def run_task_message(message: Message) -> Any:
     """Handler of every task queue: run the task, record its status, send the signals."""
     payload = message.payload
     if not _is_task_payload(payload):
@@ -630,12 +642,14 @@ def run_task_message(message: Message) -> None:
     sender = type(backend)
     _start(record, rows)
     result = _result_from_record(record, task)
+    step = running_step.set(message) if message.step_name is not None else None
     try:
-        _task_signals.task_started.send(sender, task_result=result)
-        if task.takes_context:
-            value = task.call(TaskContext(task_result=result), *record.args, **record.kwargs)
-        else:
-            value = task.call(*record.args, **record.kwargs)
+        with _own_savepoint(rows.db):
+            _task_signals.task_started.send(sender, task_result=result)
+            if task.takes_context:
+                value = task.call(TaskContext(task_result=result), *record.args, **record.kwargs)
+            else:
+                value = task.call(*record.args, **record.kwargs)
     except Snooze:
         # The message waits again without spending an attempt: no error, the result is READY.
         rows.update(status="READY")
@@ -647,6 +661,9 @@ def run_task_message(message: Message) -> None:
         if final:
             _send_finished(sender, _result_from_record(record, task))
         raise
+    finally:
+        if step is not None:
+            running_step.reset(step)
     try:
         stored = json.loads(arguments.payload(value, "return value"))
     except PayloadError as exc:
@@ -659,6 +676,22 @@ def run_task_message(message: Message) -> None:
     rows.update(status="SUCCESSFUL", return_value=stored, finished_at=finished)
     record.status, record.return_value, record.finished_at = "SUCCESSFUL", stored, finished
     _send_finished(sender, _result_from_record(record, task))
+    # A workflow step's output is the task's return value (a plain task message has none).
+    return stored if message.step_name is not None else None
+
+
+def _own_savepoint(alias: str) -> Any:
+    """Eager mode runs the handler inside the caller's transaction: there the task gets a
+    savepoint of its own, so a failing task's writes go while its result's status and errors
+    stay (a worker's handler runs in autocommit: nothing to do)."""
+    if connections[alias].in_atomic_block:
+        return transaction.atomic(using=alias)
+    return contextlib.nullcontext()
+
+
+# Eager mode gives this handler no savepoint around the whole run: it makes its own
+# (_own_savepoint), which keeps the result's bookkeeping when the task fails.
+run_task_message.lonnymq_own_savepoint = True  # type: ignore[attr-defined]
 
 
 def abandon_task_message(message: Message) -> None:
@@ -774,3 +807,125 @@ def periodic_message(task: Task, kwargs: Any) -> tuple[str, dict[str, Any]]:
         "kwargs": kwargs,
     }
     return task.queue_name, payload
+
+
+@dataclasses.dataclass(frozen=True)
+class StepTask:
+    """A Django Task as a workflow step (``Workflow.step(task, args=..., kwargs=...)``): its
+    queue, channel, message payload and attempts, and the result row to write with it."""
+
+    queue: str
+    channel: str
+    payload: dict[str, Any]
+    max_attempts: int
+    record: dict[str, Any]
+
+
+def step_task(
+    task: Any,
+    args: Any,
+    kwargs: Any,
+    *,
+    channel: str | None,
+    workflow_channel: str | None,
+    max_attempts: int | None,
+    using: str,
+) -> StepTask:
+    """Check a task given as a workflow step and build its message; every refusal is an
+    :class:`~django_lonnymq.exceptions.InvalidArgument` naming the field (nothing written).
+    The channel: ``channel``, else the :func:`channel` block or the ``CHANNEL_KWARG``
+    argument, else the workflow's, else the backend's ``DEFAULT_CHANNEL``."""
+    from .exceptions import InvalidArgument
+
+    path = getattr(task, "module_path", repr(task))
+    alias = task.backend
+    try:
+        backend = task_backends[alias]
+    except InvalidTaskBackend:
+        backend = None
+    if not isinstance(backend, LonnyMQBackend):
+        raise InvalidArgument("backend", "must be a LonnyMQBackend in TASKS (a workflow step runs on the queue)",
+                              f"{path} on {alias!r}")  # fmt: skip
+    queue_name = arguments.queue(task.queue_name, "queue_name")
+    if backend.queues and queue_name not in backend.queues:
+        raise InvalidArgument(
+            "queue_name", f"must be one of the QUEUES of task backend {alias!r} ({', '.join(sorted(backend.queues))})",
+            queue_name,
+        )  # fmt: skip
+    if task.priority != 0:
+        raise InvalidArgument("priority", "must be 0 for a task run as a workflow step (steps have no priority)",
+                              task.priority)  # fmt: skip
+    if task.run_after is not None:
+        raise InvalidArgument("run_after", "must not be set for a workflow step (give the step a delay)",
+                              task.run_after)  # fmt: skip
+    try:
+        backend.validate_task(task)
+    except InvalidTask as exc:
+        raise InvalidArgument("task", str(exc), path) from exc
+    try:
+        find_task(path, backend)
+    except UnknownTask as exc:
+        raise InvalidArgument("task", "must be a @task of an installed app's tasks module or OPTIONS['TASK_MODULES']",
+                              path) from exc  # fmt: skip
+    database = backend.database_for(queue_name)
+    if database != using:
+        raise InvalidArgument("using", f"must be the database of task queue {queue_name!r}",
+                              f"{using!r}, not {database!r}")  # fmt: skip
+    if isinstance(args, (str, bytes, dict)) or not isinstance(args, (list, tuple)):
+        raise InvalidArgument("args", "must be a list or a tuple", type(args).__name__)
+    if not isinstance(kwargs, dict):
+        raise InvalidArgument("kwargs", "must be a dict", type(kwargs).__name__)
+    chosen = channel or _channel.get()
+    if chosen is None and backend.channel_kwarg and backend.channel_kwarg in kwargs:
+        chosen = str(kwargs[backend.channel_kwarg])
+    chosen = arguments.channel(chosen or workflow_channel or backend.default_channel)
+    result_id = _new_id()
+    payload = {
+        "task": path,
+        "result_id": result_id,
+        "backend": alias,
+        "args": list(args),
+        "kwargs": dict(kwargs),
+    }
+    if max_attempts is None:
+        max_attempts = lonnymq_settings.MAX_ATTEMPTS if backend.max_attempts is None else backend.max_attempts
+    record = {
+        "id": result_id,
+        "backend": alias,
+        "task_path": path,
+        "queue": queue_name,
+        "channel": chosen,
+        "status": "READY",
+        "args": list(args),
+        "kwargs": dict(kwargs),
+    }
+    return StepTask(queue_name, chosen, payload, max_attempts, record)
+
+
+def write_step_results(records: list[dict[str, Any]], using: str) -> None:
+    """The result rows of a workflow's task steps (``message_id``: the step's id), written
+    in the transaction that starts the workflow."""
+    from .models import TaskResultRecord
+
+    now = timezone.now()
+    TaskResultRecord.objects.using(using).bulk_create(TaskResultRecord(**r, enqueued_at=now) for r in records)
+
+
+def end_cancelled_step_results(result_ids: list[str], using: str) -> int:
+    """The results of task steps cancelled before they ran (still ``READY``) end ``FAILED``,
+    with a :class:`~django_lonnymq.exceptions.WorkflowCancelled` error: they will never run."""
+    from .models import TaskResultRecord
+
+    now = timezone.now()
+    error = {
+        "exception_class_path": _module_path(WorkflowCancelled),
+        "traceback": "django_lonnymq.exceptions.WorkflowCancelled: the workflow was cancelled before this step ran\n",
+    }
+    ended = 0
+    for record in TaskResultRecord.objects.using(using).filter(id__in=result_ids, status="READY"):
+        ended += (
+            TaskResultRecord.objects.using(using)
+            .filter(id=record.id, status="READY")
+            .update(status="FAILED", finished_at=now, errors=[*record.errors, error])
+        )
+    return ended

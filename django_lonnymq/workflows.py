@@ -19,6 +19,7 @@ with transaction.atomic():
 
 from __future__ import annotations
 
+import functools
 import heapq
 import json
 from collections.abc import Iterable, Sequence
@@ -26,40 +27,33 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from . import arguments, bounds, db
+from django.db import transaction
+
+from . import arguments, bounds, db, eager
 from .conf import settings
 from .durations import duration_ms
 from .exceptions import InvalidArgument
 
-# A step's message carries this dedup key prefix and its workflow id: how a worker tells a
-# step from a plain message without asking the database.
-STEP_KEY_PREFIX = "lonnymq.step:"
-# The on_failure message's dedup key: this prefix and the workflow id (enqueued once).
-FAILED_KEY_PREFIX = "lonnymq.workflow_failed:"
+# Workflow.step's payload when none is given (a Django Task step has args and kwargs).
+_NO_PAYLOAD: Any = object()
 
-
-def workflow_of(dedup_key: str | None) -> int | None:
-    """The workflow id a step's (or an on_failure message's) dedup key carries, else None."""
-    if not dedup_key:
-        return None
-    for prefix in (STEP_KEY_PREFIX, FAILED_KEY_PREFIX):
-        if dedup_key.startswith(prefix):
-            try:
-                return int(dedup_key[len(prefix) :])
-            except ValueError:
-                return None
-    return None
-
-
-def is_step(dedup_key: str | None) -> bool:
-    return bool(dedup_key) and dedup_key.startswith(STEP_KEY_PREFIX)  # type: ignore[union-attr]
+def parent_outputs() -> dict[str, Any]:
+    """Inside a Django Task that runs as a workflow step (``flow.step(task, ...)``): its
+    parents' outputs, by step name, as a handler reads ``message.parent_outputs``. ``{}``
+    for a step without parents, and outside a step (the task was enqueued on its own)."""
+    try:
+        from .tasks import running_step
+    except ImportError:  # neither django.tasks nor the django-tasks backport: no task runs
+        return {}
+    message = running_step.get()
+    return dict(message.parent_outputs) if message is not None else {}
 
 
 class Step:
     """A step of a :class:`Workflow` (what :meth:`Workflow.step` returns): pass it in another
     step's ``after``. ``name`` is its key in its children's ``message.parent_outputs``."""
 
-    __slots__ = ("workflow", "index", "name", "queue", "channel", "payload", "delay_ms", "max_attempts", "after")
+    __slots__ = ("workflow", "index", "name", "queue", "channel", "payload", "delay_ms", "max_attempts", "after", "task")
 
     def __init__(
         self,
@@ -82,6 +76,7 @@ class Step:
         self.delay_ms = delay_ms
         self.max_attempts = max_attempts
         self.after = after
+        self.task: dict[str, Any] | None = None  # a Django Task step's result row
 
     def __repr__(self) -> str:
         return f"<Step {self.name!r} of {self.workflow.name!r}>"
@@ -114,9 +109,11 @@ class Workflow:
 
     def step(
         self,
-        queue: str,
-        payload: Any,
+        queue: Any,
+        payload: Any = _NO_PAYLOAD,
         *,
+        args: Sequence[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
         after: Iterable[Step | str] | Step | str = (),
         name: str | None = None,
         channel: str | None = None,
@@ -125,10 +122,27 @@ class Workflow:
     ) -> Step:
         """Add a step: a message of ``queue`` with ``payload``, released once every step in
         ``after`` has succeeded. ``name`` (default: the queue, then ``queue.2``, ``queue.3``...)
-        is unique in the workflow. ``channel`` defaults to the workflow's (else "default")."""
+        is unique in the workflow. ``channel`` defaults to the workflow's (else "default").
+
+        ``queue`` may be a Django Task (``@task``) of a ``LonnyMQBackend`` instead, called with
+        ``args`` and ``kwargs`` (no ``payload``): it runs on its queue through the backend, its
+        result row ends in a final state, and its return value is the step's output (default
+        name: the task function's name)."""
         self._not_started()
         if len(self.steps) >= bounds.MAX_WORKFLOW_STEPS:
             raise InvalidArgument("steps", f"must be at most {bounds.MAX_WORKFLOW_STEPS} per workflow", len(self.steps) + 1)
+        task: Any = None
+        if isinstance(queue, str):
+            if payload is _NO_PAYLOAD:
+                raise InvalidArgument("payload", "must be given for a queue's step (args and kwargs are for a task)", None)
+            for field, given in (("args", args), ("kwargs", kwargs)):
+                if given is not None:
+                    raise InvalidArgument(field, "must be given only for a Django Task step (a queue's step has a payload)", queue)
+        else:
+            if payload is not _NO_PAYLOAD:
+                raise InvalidArgument("payload", "must not be given for a Django Task step (use args and kwargs)", payload)
+            task = self._task(queue, args, kwargs, channel, max_attempts)
+            queue, channel, payload, max_attempts = task.queue, task.channel, task.payload, task.max_attempts
         arguments.queue(queue)
         channel = arguments.channel(channel if channel is not None else (self.channel or "default"))
         text = arguments.payload(payload)
@@ -137,12 +151,14 @@ class Workflow:
             "max_attempts", settings.MAX_ATTEMPTS if max_attempts is None else max_attempts, 1, bounds.MAX_ATTEMPTS
         )
         if name is None:
-            n = self._named.get(queue, 0)
-            name = queue if n == 0 else f"{queue}.{n + 1}"
+            # The queue (a task step: the task function's name), then base.2, base.3...
+            base = queue if task is None else task.record["task_path"].rpartition(".")[2]
+            n = self._named.get(base, 0)
+            name = base if n == 0 else f"{base}.{n + 1}"
             while name in self._by_name:
                 n += 1
-                name = f"{queue}.{n + 1}"
-            self._named[queue] = n + 1
+                name = f"{base}.{n + 1}"
+            self._named[base] = n + 1
         else:
             arguments.name("name", name, bounds.MAX_WORKFLOW_NAME)
             if name in self._by_name:
@@ -161,9 +177,30 @@ class Workflow:
                 raise InvalidArgument("after", "must be steps of this workflow or their names", parent)
             parents.append(parent)
         created = Step(self, len(self.steps), name, queue, channel, text, delay_ms, attempts, parents)
+        created.task = task.record if task is not None else None
         self.steps.append(created)
         self._by_name[name] = created
         return created
+
+    def _task(
+        self, task: Any, args: Any, kwargs: Any, channel: str | None, max_attempts: int | None
+    ) -> Any:
+        """A Django Task given as a step, checked (:func:`django_lonnymq.tasks.step_task`)."""
+        try:
+            from . import tasks
+        except ImportError as exc:  # neither django.tasks nor the django-tasks backport
+            raise InvalidArgument("queue", "must be a queue name (Django Tasks are not installed)", repr(task)) from exc
+        if not isinstance(task, tasks.Task):
+            raise InvalidArgument("queue", "must be a queue name or a Django Task (@task)", repr(task))
+        return tasks.step_task(
+            task,
+            () if args is None else args,
+            {} if kwargs is None else kwargs,
+            channel=channel,
+            workflow_channel=self.channel,
+            max_attempts=max_attempts,
+            using=self.using,
+        )
 
     def on_failure(
         self, queue: str, payload: Any, *, channel: str | None = None, max_attempts: int | None = None
@@ -241,7 +278,24 @@ class Workflow:
             "on_failure_max_attempts": failure[3] if failure else None,
             "tolerance_ms": settings.ms("WAKE_TOLERANCE"),
         }
-        self.id = int(db.value("workflow_start", params, using=self.using, arrays=True))
+        results = [s for s in ordered if s.task is not None]
+        if results:
+            from . import tasks
+            from .models import WorkflowStepRecord
+
+            # The task steps' result rows, in the same transaction (message_id: the step's id).
+            with transaction.atomic(using=self.using):
+                self.id = int(db.value("workflow_start", params, using=self.using, arrays=True))
+                ids = dict(
+                    WorkflowStepRecord.objects.using(self.using)
+                    .filter(workflow_id=self.id, name__in=[s.name for s in results])
+                    .values_list("name", "id")
+                )
+                tasks.write_step_results([{**(s.task or {}), "message_id": ids[s.name]} for s in results], self.using)
+        else:
+            self.id = int(db.value("workflow_start", params, using=self.using, arrays=True))
+        if eager.enabled():
+            eager.when_committed(functools.partial(run_eagerly, self.id, self.using), self.using)
         return self.id
 
 
@@ -334,7 +388,47 @@ def cancel_workflow(workflow_id: int, *, using: str | None = None) -> int:
     :func:`~django_lonnymq.api.cancel` does (their handlers are told and interrupted). A
     succeeded or cancelled workflow is left alone. Returns how many running steps were told."""
     params = {"id": arguments.message_id("workflow_id", workflow_id)}
-    return int(db.value("workflow_cancel", params, using=using))
+    alias = db.alias(using)
+    with transaction.atomic(using=alias):
+        results = _task_results_of_unfinished_steps(params["id"], alias)
+        told = int(db.value("workflow_cancel", params, using=alias))
+        if results:
+            from . import tasks
+            from .models import WorkflowStepRecord
+
+            cancelled = set(
+                WorkflowStepRecord.objects.using(alias)
+                .filter(id__in=list(results), state="cancelled")
+                .values_list("id", flat=True)
+            )
+            tasks.end_cancelled_step_results([results[i] for i in cancelled], alias)
+    return told
+
+
+def _task_results_of_unfinished_steps(workflow_id: int, alias: str) -> dict[int, str]:
+    """The result ids of a workflow's Django Task steps that have not run to an end (waiting:
+    the step row holds the payload; queued: its message does), by step id. Nothing to read
+    when no LonnyMQBackend is configured."""
+    try:
+        from . import tasks
+    except ImportError:
+        return {}
+    if not tasks.lonnymq_backends():
+        return {}
+    from .models import Message as MessageRow
+    from .models import WorkflowStepRecord
+
+    steps = WorkflowStepRecord.objects.using(alias).filter(workflow_id=workflow_id, state__in=("waiting", "queued"))
+    if not tasks.any_queue_is_a_task_queue():
+        steps = steps.filter(queue__in=tasks.task_queues())  # only task queues hold task steps
+    payloads = dict(steps.filter(state="waiting").values_list("id", "payload"))
+    queued = list(steps.filter(state="queued").values_list("id", flat=True))
+    payloads.update(MessageRow.objects.using(alias).filter(id__in=queued).values_list("id", "payload"))
+    return {
+        step_id: payload["result_id"]
+        for step_id, payload in payloads.items()
+        if isinstance(payload, dict) and isinstance(payload.get("task"), str) and isinstance(payload.get("result_id"), str)
+    }
 
 
 def requeue_failed_steps(workflow_id: int, *, using: str | None = None) -> list[int]:
@@ -343,13 +437,17 @@ def requeue_failed_steps(workflow_id: int, *, using: str | None = None) -> list[
     ids = [int(r[0]) for r in db.rows("workflow_failed_steps", params, using=using)]
     if not ids:
         return []
-    return list(
+    requeued = list(
         db.value(
             "requeue_dead",
             {"ids": ids, "reset_attempts": True, "tolerance_ms": settings.ms("WAKE_TOLERANCE")},
             using=using,
         )
     )
+    if requeued and eager.enabled():
+        alias = db.alias(using)
+        eager.when_committed(functools.partial(run_eagerly, params["id"], alias), alias)
+    return requeued
 
 
 def counts(*, using: str | None = None) -> dict[str, int]:
@@ -366,3 +464,33 @@ def prune(older_than: timedelta | float, *, limit: int = 1000, using: str | None
         "limit": arguments.integer("limit", limit, 1, 100_000),
     }
     return int(db.value("workflow_prune", params, using=using))
+
+
+def run_eagerly(workflow_id: int, alias: str) -> None:
+    """Eager mode (:mod:`django_lonnymq.eager`): run a workflow's steps in dependency order on
+    this connection. Each round delivers the steps in the message table (``eager.run``, by
+    queue, through the real dequeue and the workflow's ack); their acks release the next
+    round's. The ``on_failure`` message runs once the workflow failed. It stops when a round
+    finds nothing new to run (a step left undelivered in a paused channel is not retried)."""
+    from .models import Message as MessageRow
+    from .models import WorkflowRecord
+
+    tried: set[int] = set()
+    while True:
+        state = workflow(workflow_id, using=alias)
+        ready: dict[str, list[int]] = {}
+        for step in state.steps:  # ids ascend along every edge
+            if step.state == "queued" and step.attempts is not None and step.id not in tried:
+                ready.setdefault(step.queue, []).append(step.id)
+        failure = state.on_failure_message_id
+        if failure is not None and failure not in tried:
+            tried.add(failure)
+            if MessageRow.objects.using(alias).filter(id=failure).exists():
+                queue = WorkflowRecord.objects.using(alias).values_list("on_failure_queue", flat=True).get(id=workflow_id)
+                eager.run(str(queue), [failure], alias)
+            continue
+        if not ready:
+            return
+        for queue, ids in ready.items():
+            tried.update(ids)
+            eager.run(queue, ids, alias)

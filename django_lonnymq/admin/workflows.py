@@ -8,9 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
 from django.db import router
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
@@ -115,11 +118,93 @@ class WorkflowAdmin(ReadOnlyQueueAdmin):
     sortable_by = ("id",)
     actions = ("cancel", "requeue_failed")
     search_help_text = "A workflow id."
-    fields = ("id", "name", "channel", "state", "progress", "created_at", "finished_at", "graph", "step_table")
+    fields = (
+        "id",
+        "name",
+        "channel",
+        "state",
+        "progress",
+        "created_at",
+        "finished_at",
+        "graph",
+        "step_table",
+    )
     readonly_fields = fields
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         return WorkflowRecord.objects.using(router.db_for_read(WorkflowRecord)).defer("on_failure_payload")
+
+    # -- the workflow's own page: Cancel and Requeue failed steps buttons (POST) -----------
+
+    def get_urls(self) -> list[Any]:
+        prefix = f"{self.opts.app_label}_{self.opts.model_name}"
+        return [
+            path(
+                "<path:object_id>/cancel/",
+                self.admin_site.admin_view(self.cancel_view),
+                name=f"{prefix}_lq_cancel",
+            ),
+            path(
+                "<path:object_id>/requeue-failed/",
+                self.admin_site.admin_view(self.requeue_failed_view),
+                name=f"{prefix}_lq_requeue_failed",
+            ),
+            *super().get_urls(),
+        ]
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        # The buttons show for the change permission (the page itself stays read-only).
+        context = {**(extra_context or {}), "lq_can_act": self.has_change_permission(request)}
+        return super().change_view(request, object_id, form_url, context)
+
+    def _acted_on(self, request: HttpRequest, object_id: str) -> WorkflowRecord | HttpResponse:
+        """The workflow a button posts to, once the method and the permission are right."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None:
+            raise Http404(f"workflow {object_id} does not exist (pruned?)")
+        return obj
+
+    def _back(self, obj: WorkflowRecord) -> HttpResponseRedirect:
+        name = f"admin:{self.opts.app_label}_{self.opts.model_name}_change"
+        return HttpResponseRedirect(reverse(name, args=[obj.pk], current_app=self.admin_site.name))
+
+    def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        obj = self._acted_on(request, object_id)
+        if isinstance(obj, HttpResponse):
+            return obj
+        if obj.state in ("succeeded", "cancelled"):
+            self.message_user(
+                request, f"Workflow {obj.pk} is {obj.state}: nothing to cancel.", messages.WARNING
+            )
+            return self._back(obj)
+        told = workflows.cancel_workflow(obj.pk, using=router.db_for_write(WorkflowRecord))
+        self.message_user(
+            request, f"Cancelled workflow {obj.pk} ({told:,} running steps told to stop).", messages.SUCCESS
+        )
+        return self._back(obj)
+
+    def requeue_failed_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        obj = self._acted_on(request, object_id)
+        if isinstance(obj, HttpResponse):
+            return obj
+        requeued = workflows.requeue_failed_steps(obj.pk, using=router.db_for_write(WorkflowRecord))
+        if requeued:
+            self.message_user(
+                request, f"Requeued {len(requeued):,} failed steps of workflow {obj.pk}.", messages.SUCCESS
+            )
+        else:
+            self.message_user(request, f"Workflow {obj.pk} has no failed step to requeue.", messages.WARNING)
+        return self._back(obj)
 
     @admin.display(description="steps done")
     def progress(self, obj: WorkflowRecord) -> str:
@@ -130,7 +215,7 @@ class WorkflowAdmin(ReadOnlyQueueAdmin):
         cached: workflows.WorkflowState | None = getattr(obj, "_lq_state", None)
         if cached is None:
             cached = workflows.workflow(obj.id, using=router.db_for_read(WorkflowRecord))
-            obj._lq_state = cached  # one read per row of the page
+            obj._lq_state = cached  # type: ignore[attr-defined]  # one read per row of the page
         return cached
 
     @admin.display(description="graph")
@@ -144,7 +229,9 @@ class WorkflowAdmin(ReadOnlyQueueAdmin):
             '<span style="background:{};border:1px solid #555;padding:0 6px;">{}</span>',
             ((colour, state) for state, colour in COLOURS.items()),
         )
-        return format_html('<div style="overflow:auto;max-width:100%;">{}</div><p>{}</p>', graph_svg(steps), legend)
+        return format_html(
+            '<div style="overflow:auto;max-width:100%;">{}</div><p>{}</p>', graph_svg(steps), legend
+        )
 
     @admin.display(description="steps")
     def step_table(self, obj: WorkflowRecord) -> SafeString:
@@ -169,7 +256,9 @@ class WorkflowAdmin(ReadOnlyQueueAdmin):
         ids = list(queryset.values_list("id", flat=True)[:1000])
         told = sum(workflows.cancel_workflow(i, using=using) for i in ids)
         self.message_user(
-            request, f"Cancelled {len(ids):,} workflows ({told:,} running steps told to stop).", messages.SUCCESS
+            request,
+            f"Cancelled {len(ids):,} workflows ({told:,} running steps told to stop).",
+            messages.SUCCESS,
         )
 
     @admin.action(description="Requeue failed steps (the workflows run again)", permissions=["change"])

@@ -323,9 +323,12 @@ SELECT w.id, w.name, w.channel, w.state, w.steps, w.remaining, w.dead, w.created
   FROM lonnymq_workflow w WHERE w.id = %(id)s::bigint
 
 -- name: workflow_steps
--- A workflow's steps (running: its message is leased now), with their parents' ids.
+-- A workflow's steps (running: its message is leased now; cancelled: queued, its message
+-- deleted by api.cancel or a purge, which leave the step row as it was), with their
+-- parents' ids.
 SELECT s.id, s.name, s.queue, s.channel,
-       CASE WHEN s.state = 'queued' AND m.lease_until IS NOT NULL THEN 'running' ELSE s.state END,
+       CASE WHEN s.state = 'queued' AND m.id IS NULL THEN 'cancelled'
+            WHEN s.state = 'queued' AND m.lease_until IS NOT NULL THEN 'running' ELSE s.state END,
        s.output, s.created_at, s.released_at, s.finished_at, m.attempts,
        coalesce((SELECT pg_catalog.array_agg(e.parent_id ORDER BY e.parent_id)
                    FROM lonnymq_workflow_edge e WHERE e.child_id = s.id), ARRAY[]::bigint[])

@@ -13,8 +13,7 @@ import time
 from collections.abc import Sequence
 
 from ..conf import settings
-from ..message import Message
-from ..workflows import is_step, workflow_of
+from ..message import Message, is_step, workflow_of
 from .completion import Completion
 from .connection import STATEMENT_ERRORS, ControlConnection, backoff, describe_failure
 from .handlers import Handlers

@@ -150,3 +150,48 @@ def test_fairness_a_tenant_with_one_workflow_finishes_before_a_busy_one_does_a_t
     assert a_done < 250, f"tenant A had {a_done} of 2,500 steps done when B's 5 were"
     assert worker.stop() == 0, describe(worker)
     db.rows("DELETE FROM lonnymq_message")
+
+
+def test_django_tasks_as_steps_under_real_workers(spawn, db):
+    """Task steps run through the task backend's handler on their queues: each result ends
+    SUCCESSFUL with the return value, which is the step's output; a task child reads its
+    parents' outputs with parent_outputs(), a plain child in message.parent_outputs. A task
+    step that fails for good ends its result FAILED and fails the workflow."""
+    from django_lonnymq.models import TaskResultRecord
+    from tests.testapp import tasks
+
+    flow = Workflow("tasks", channel="tenant-t")
+    a = flow.step(tasks.add, args=[2, 3])
+    b = flow.step(tasks.note, args=["hi"])  # on queue tasks_other
+    total = flow.step(tasks.total_of_parents, kwargs={"extra": 1}, after=[a, b])
+    flow.step("w_step", {}, name="plain", after=[total])
+    workflow_id = flow.start()
+    failing = Workflow("failing")
+    boom = failing.step(tasks.explode, kwargs={"times": 2})  # the backend's MAX_ATTEMPTS: 2
+    failing.step(tasks.add, args=[1, 1], after=[boom])
+    failing_id = failing.start()
+
+    worker = spawn("--queue", "default", "--queue", "tasks_other", "--queue", "w_step")
+    wait_until(lambda: state(workflow_id) == "succeeded", 30, "the task workflow to succeed", worker)
+    wait_until(lambda: state(failing_id) == "failed", 30, "the failing workflow to fail", worker)
+    info = api.workflow(workflow_id)
+    assert [(s.name, s.output) for s in info.steps] == [
+        ("add", 5), ("note", "HI"), ("total_of_parents", 6), ("plain", {"name": "plain", "seen": ["total_of_parents"]})
+    ]  # fmt: skip
+    for step in info.steps[:3]:
+        result = TaskResultRecord.objects.get(message_id=step.id)
+        assert (result.status, result.return_value) == ("SUCCESSFUL", step.output)
+        assert result.channel == "tenant-t" and result.finished_at is not None
+    [plain] = [e for e in db.events("done", "w_step") if e["payload"]["workflow"] == workflow_id]
+    assert plain["payload"]["parents"] == {"total_of_parents": 6}
+
+    failed = api.workflow(failing_id)
+    assert [s.state for s in failed.steps] == ["dead", "waiting"]
+    result = TaskResultRecord.objects.get(message_id=failed.steps[0].id)
+    assert result.status == "FAILED" and len(result.errors) == 2 and "exploded 2" in result.errors[-1]["traceback"]
+    assert TaskResultRecord.objects.get(message_id=failed.steps[1].id).status == "READY"  # a requeue could run it
+    api.cancel_workflow(failing_id)
+    ended = TaskResultRecord.objects.get(message_id=failed.steps[1].id)
+    assert ended.status == "FAILED" and ended.errors[-1]["exception_class_path"].endswith("WorkflowCancelled")
+    assert worker.stop() == 0, describe(worker)
+    assert api.check() == []

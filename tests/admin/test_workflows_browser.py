@@ -121,3 +121,78 @@ def test_an_operator_sees_a_workflow_graph_and_requeues_and_cancels(  # type: ig
         shutil.copy(shot, OUTPUT / shot.name)
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM lonnymq_message")
+
+
+def test_the_workflows_own_page_has_cancel_and_requeue_buttons(  # type: ignore[no-untyped-def]
+    live_server, browser
+) -> None:
+    """The buttons on one workflow's page post (with the CSRF token) and come back to it with
+    a message; each shows only where it has something to do; a user without the change
+    permission sees none, and a post of theirs is refused (403), a GET is not allowed (405)."""
+    User.objects.create_superuser("ops", "ops@example.com", "correct horse battery")
+    viewer = User.objects.create_user("viewer", "v@example.com", "correct horse battery", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_workflowrecord"))
+    flow = Workflow("import", channel="tenant-acme")
+    fetch = flow.step("wb_fetch", {}, name="fetch", max_attempts=1)
+    flow.step("wb_parse", {}, name="parse", after=[fetch])
+    workflow_id = flow.start()
+    run_step("wb_fetch", False)  # dead: the workflow fails
+    assert api.workflow(workflow_id).state == "failed"
+
+    OUTPUT.mkdir(exist_ok=True)
+    SHOTS.mkdir(exist_ok=True)
+    page = admin_page(browser, live_server.url, width=1366, height=900)
+    detail = f"{live_server.url}/admin/django_lonnymq/workflowrecord/{workflow_id}/change/"
+    page.goto(detail)
+    assert page.locator("#lq-workflow-cancel").is_visible()
+    assert page.locator("#lq-workflow-requeue").is_visible()
+    page.screenshot(path=str(SHOTS / "workflow_buttons.png"), full_page=True)
+
+    page.click("#lq-workflow-requeue")
+    page.wait_for_selector("ul.messagelist li.success")
+    assert page.url == detail
+    assert f"Requeued 1 failed steps of workflow {workflow_id}." in page.locator("ul.messagelist").inner_text()
+    assert api.workflow(workflow_id).state == "running"
+    assert page.locator("#lq-workflow-graph .lq-step-queued").count() == 1
+    assert page.locator("#lq-workflow-requeue").count() == 0  # nothing dead now
+    page.screenshot(path=str(SHOTS / "workflow_requeued.png"), full_page=True)
+
+    page.click("#lq-workflow-cancel")
+    page.wait_for_selector("ul.messagelist li.success")
+    assert f"Cancelled workflow {workflow_id} (0 running steps told to stop)." in page.locator(
+        "ul.messagelist"
+    ).inner_text()
+    assert api.workflow(workflow_id).state == "cancelled"
+    assert page.locator("#lq-workflow-graph .lq-step-cancelled").count() == 2
+    assert page.locator("#lq-workflow-cancel").count() == 0  # a cancelled workflow has nothing to cancel
+    page.screenshot(path=str(SHOTS / "workflow_cancelled.png"), full_page=True)
+
+    # A view-only user: no button, and posting anyway is refused.
+    other = Workflow("other")
+    other.step("wb_report", {}, delay=3600)
+    other_id = other.start()
+    view = admin_page(browser, live_server.url, width=1366, height=900, user="viewer")
+    view.goto(f"{live_server.url}/admin/django_lonnymq/workflowrecord/{other_id}/change/")
+    assert view.locator("#lq-workflow-graph").is_visible()
+    assert view.locator("#lq-workflow-cancel").count() == 0 and view.locator("#lq-workflow-requeue").count() == 0
+    statuses = view.evaluate(
+        """async (base) => {
+            const token = document.cookie.split("; ").find((c) => c.startsWith("csrftoken=")).split("=")[1];
+            const post = (url) => fetch(url, {method: "POST", headers: {"X-CSRFToken": token}, redirect: "manual"});
+            return [(await post(base + "cancel/")).status, (await post(base + "requeue-failed/")).status,
+                    (await fetch(base + "cancel/")).status];
+        }""",
+        f"/admin/django_lonnymq/workflowrecord/{other_id}/",
+    )
+    assert statuses == [403, 403, 405]
+    assert api.workflow(other_id).state == "running"
+    # The superuser's post without the CSRF token is refused too.
+    no_token = page.evaluate(
+        "async (url) => (await fetch(url, {method: 'POST', redirect: 'manual'})).status",
+        f"/admin/django_lonnymq/workflowrecord/{other_id}/cancel/",
+    )
+    assert no_token == 403 and api.workflow(other_id).state == "running"
+    for shot in SHOTS.glob("workflow_*.png"):
+        shutil.copy(shot, OUTPUT / shot.name)
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM lonnymq_message")

@@ -41,7 +41,7 @@ DOCUMENTED = {
     ],
     "django_lonnymq.workflows": [
         "Step", "StepState", "Workflow", "WorkflowState", "cancel_workflow", "chain", "chord", "prune",
-        "requeue_failed_steps", "workflow",
+        "parent_outputs", "requeue_failed_steps", "workflow",
     ],
     "django_lonnymq.signals": ["message_dead", "message_finished", "message_started"],
     "django_lonnymq.testing": ["assert_enqueued", "assert_nothing_enqueued", "drain", "eager", "enqueued", "tick"],
@@ -53,6 +53,7 @@ DOCUMENTED = {
         "ChannelGone", "Discard", "HandlerCancelled", "HandlerTimeout", "InvalidArgument", "LeaseLost", "LonnyMQError",
         "MessageNotFound", "NoHandler", "PayloadError", "PlanInUse", "PriorityWithSchedule", "Retry", "SchemaMissing",
         "Snooze", "UnknownMessage", "UnknownPlan", "UnknownTask", "UnsupportedIsolation", "WorkerInterrupted",
+        "WorkflowCancelled",
     ],
     "django_lonnymq.models": [
         "Channel", "DeadMessage", "Message", "Plan", "QueueConfig", "QueuePlan", "QueueSample", "Schedule", "Subscription",

@@ -90,3 +90,20 @@ def snooze_then_add(key: str, a: int, b: int) -> int:
         SNOOZED.add(key)
         raise Snooze(0.01)
     return a + b
+
+
+@task()
+def total_of_parents(extra: int = 0) -> int:
+    """A workflow step: the sum of its parents' (integer) outputs, plus ``extra``."""
+    from django_lonnymq.workflows import parent_outputs
+
+    return sum(v for v in parent_outputs().values() if isinstance(v, int)) + extra
+
+
+@task()
+def writes_then_fails(name: str) -> None:
+    """Writes a row, then fails: in eager mode the write goes with the task's savepoint."""
+    from django_lonnymq.models import Channel
+
+    Channel.objects.create(queue="eager_task_write", name=name)
+    raise RuntimeError("after the write")
