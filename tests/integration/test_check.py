@@ -120,7 +120,9 @@ def test_check_reports_a_channel_whose_turn_is_further_off_than_its_head_needs()
 def _both(grace_ms: int) -> tuple[list[tuple], list[tuple]]:
     def of(function: str) -> list[tuple]:
         found = rows(f"SELECT * FROM {function}")
-        return sorted((r["channel_id"] or 0, r["queue"], r["channel"] or "", r["problem"], r["detail"]) for r in found)
+        return sorted(
+            (r["channel_id"] or 0, r["queue"], r["channel"] or "", r["problem"], r["detail"]) for r in found
+        )
 
     old = of(f"lonnymq_check_v1({grace_ms}) UNION ALL SELECT * FROM lonnymq_check_limits_v1()")
     new = of(f"lonnymq_check_v2({grace_ms}) UNION ALL SELECT * FROM lonnymq_check_limits_v2()")
@@ -150,7 +152,9 @@ def test_check_v2_finds_what_check_v1_found_in_every_broken_state():
         [now - 10_000],
     )
     _execute("UPDATE lonnymq_channel SET next_dequeue_at = NULL WHERE queue = 'chk' AND name = 'b'")
-    _execute("UPDATE lonnymq_channel SET next_dequeue_at = %s WHERE queue = 'chk' AND name = 'c'", [now + 600_000])
+    _execute(
+        "UPDATE lonnymq_channel SET next_dequeue_at = %s WHERE queue = 'chk' AND name = 'c'", [now + 600_000]
+    )
     _execute("UPDATE lonnymq_channel SET next_dequeue_at = %s WHERE queue = 'chk' AND name = 'd'", [now])
     _execute("UPDATE lonnymq_channel SET weight = 4 WHERE queue = 'chk' AND name = 'e'")
     _execute(
