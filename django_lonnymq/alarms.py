@@ -20,6 +20,10 @@ from .models import QueueConfig, QueueSample
 
 UNSERVED = "unserved"
 READY_AGE = "ready_age"
+# The health command counts a queue's ready (and paused) messages exactly up to this many:
+# judging needs only "any?" and the oldest one's age, and a count of millions would cost
+# seconds (health_figures).
+HEALTH_COUNT_CAP = 10_000
 
 
 @dataclass(frozen=True)
@@ -75,7 +79,8 @@ def alarms(
                 Alarm(
                     sample.queue,
                     UNSERVED,
-                    f"queue {sample.queue}: {sample.ready:,} ready message(s) and no live worker serves "
+                    f"queue {sample.queue}: {count_text(sample.ready, sample)} ready message(s) and no live "
+                    "worker serves "
                     f"it (start `run_queue_worker --queue {sample.queue}`)",
                 )
             )
@@ -89,6 +94,31 @@ def alarms(
                     f"more than {max_age:g}s); are enough workers serving it?",
                 )
             )
+    return found
+
+
+def count_text(count: int, sample: QueueSample) -> str:
+    """``count`` as a figure, or "more than N" when it was counted only up to N
+    (:func:`health_figures` sets ``counted_up_to``)."""
+    cap = getattr(sample, "counted_up_to", None)
+    return f"more than {cap:,}" if cap is not None and count > cap else f"{count:,}"
+
+
+def health_figures(using: str | None = None, *, cap: int = HEALTH_COUNT_CAP) -> list[QueueSample]:
+    """The figures the health command judges, of each queue that has channels, as unsaved
+    samples, in work that does not grow with the backlog (named statement ``queue_health``):
+    ``ready`` and ``paused`` exact up to ``cap`` (beyond it cap + 1, and ``counted_up_to`` says
+    so), ``oldest_ready_ms`` exact (one probe per channel). The other counts are left 0:
+    :meth:`QueueSample.live` counts everything exactly, for the dashboard and the stats."""
+    alias = using or settings.DATABASE
+    found = []
+    for queue, ready, paused, head, now_ms in db.rows("queue_health", {"cap": cap}, using=alias):
+        sample = QueueSample(
+            queue=queue, channels=0, paused_channels=0, ready=ready, scheduled=0, in_flight=0, dead=0,
+            oldest_ready_ms=None if head is None or head > now_ms else now_ms - head, paused=paused,
+        )  # fmt: skip
+        sample.counted_up_to = cap  # type: ignore[attr-defined]
+        found.append(sample)
     return found
 
 

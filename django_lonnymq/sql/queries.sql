@@ -189,9 +189,9 @@ SELECT lonnymq_pause_queue_v1(%(queue)s::text, %(paused)s::boolean)
 
 -- name: check
 SELECT x.channel_id, x.queue, x.channel, x.problem, x.detail
-  FROM (SELECT * FROM lonnymq_check_v1(%(grace_ms)s::bigint)
+  FROM (SELECT * FROM lonnymq_check_v2(%(grace_ms)s::bigint)
         UNION ALL
-        SELECT * FROM lonnymq_check_limits_v1()) x
+        SELECT * FROM lonnymq_check_limits_v2()) x
  ORDER BY x.channel_id, x.problem, x.detail
 
 -- name: listen

@@ -49,11 +49,16 @@ SELECT * FROM (
 ) x ORDER BY age_s DESC LIMIT 1
 
 -- name: expired_leases
--- Leases that expired and were not recovered: (older than the grace, all, oldest in ms).
-SELECT pg_catalog.count(*) FILTER (WHERE lease_until < lonnymq_now_ms_v1() - %(grace_ms)s::bigint),
+-- Leases that expired and were not recovered: (older than the grace, all, oldest in ms). The
+-- clock is read once (an InitPlan), so the lease index serves the range: the clock function
+-- is volatile, and compared row by row it made this a scan of the whole message table.
+WITH n AS MATERIALIZED (
+    SELECT lonnymq_now_ms_v1() AS v
+)
+SELECT pg_catalog.count(*) FILTER (WHERE m.lease_until < n.v - %(grace_ms)s::bigint),
        pg_catalog.count(*),
-       COALESCE(pg_catalog.max(lonnymq_now_ms_v1() - lease_until), 0)
-  FROM lonnymq_message WHERE lease_until < lonnymq_now_ms_v1()
+       COALESCE(pg_catalog.max(n.v - m.lease_until), 0::bigint)
+  FROM n JOIN lonnymq_message m ON m.lease_until < (SELECT n2.v FROM n n2)
 
 -- name: queue_tenants
 -- The dashboard's tenants view: at most `limit` channels of one queue, those whose head
@@ -93,3 +98,39 @@ SELECT c.id, c.name, c.paused, c.max_concurrency, c.in_flight, c.weight, c.relea
 SELECT s.state, (SELECT pg_catalog.count(*) FROM lonnymq_workflow w WHERE w.state = s.state)
   FROM pg_catalog.unnest(ARRAY['running', 'succeeded', 'failed', 'cancelled']::text[]) WITH ORDINALITY AS s(state, n)
  ORDER BY s.n
+
+-- name: queue_health
+-- The health command's figures of each queue that has channels, in work that does not grow
+-- with the backlog (queue_stats counts every waiting message): ready messages (due, in a
+-- channel that is not paused) and paused ones (waiting in a paused channel) counted exactly
+-- up to %(cap)s and given as cap + 1 beyond it (each channel's range of the ready index is
+-- read until the queue's count passes the cap); the most overdue ready message (a channel's
+-- head is the first entry of its range: one probe per channel); and the database's clock.
+WITH now_ms AS MATERIALIZED (
+    SELECT lonnymq_now_ms_v1() AS v
+), heads AS (
+    SELECT c.queue, pg_catalog.min(h.dequeue_at) FILTER (WHERE NOT c.paused) AS head
+      FROM lonnymq_channel c
+      LEFT JOIN LATERAL (SELECT m.dequeue_at FROM lonnymq_message m
+                          WHERE m.channel_id = c.id AND m.lease_until IS NULL
+                          ORDER BY m.dequeue_at, m.id LIMIT 1) h ON true
+     GROUP BY c.queue
+)
+SELECT q.queue,
+       (SELECT pg_catalog.count(*) FROM (
+            SELECT 1 FROM lonnymq_channel c
+             CROSS JOIN LATERAL (SELECT 1 FROM lonnymq_message m
+                                  WHERE m.channel_id = c.id AND m.lease_until IS NULL AND m.dequeue_at <= n.v
+                                  LIMIT %(cap)s::bigint + 1::bigint) r
+             WHERE c.queue = q.queue AND NOT c.paused
+             LIMIT %(cap)s::bigint + 1::bigint) x) AS ready,
+       (SELECT pg_catalog.count(*) FROM (
+            SELECT 1 FROM lonnymq_channel c
+             CROSS JOIN LATERAL (SELECT 1 FROM lonnymq_message m
+                                  WHERE m.channel_id = c.id AND m.lease_until IS NULL
+                                  LIMIT %(cap)s::bigint + 1::bigint) r
+             WHERE c.queue = q.queue AND c.paused
+             LIMIT %(cap)s::bigint + 1::bigint) x) AS paused,
+       q.head, n.v AS now_ms
+  FROM heads q CROSS JOIN now_ms n
+ ORDER BY q.queue

@@ -599,3 +599,87 @@ BEGIN
     END IF;
 END
 $$;
+
+-- ---------------------------------------------------------------------------------------
+-- The scheduler check before it was bounded (0030_check_v2)
+-- ---------------------------------------------------------------------------------------
+
+-- Superseded by lonnymq_check_v2 (migration 0030_check_v2).
+-- Kept for rolling deploys from 0.1.x; may be dropped in 0.3.0.
+-- Scheduler invariants, for tests and the health command. One row per problem:
+--   in_flight_mismatch: in_flight differs from the leases that took a slot;
+--   queue_in_flight_mismatch: a queue-wide cap's in_flight differs from the leases of the
+--     queue that took a queue slot (channel_id and channel NULL);
+--   stranded: a ready message is due but its channel will not look at it.
+CREATE FUNCTION lonnymq_check_v1(p_grace_ms bigint DEFAULT 1000)
+RETURNS TABLE (channel_id bigint, queue text, channel text, problem text, detail text)
+LANGUAGE plpgsql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM lonnymq_check_range_v1('grace', p_grace_ms, 0::bigint, 86400000::bigint, false);
+    RETURN QUERY
+        SELECT c.id, c.queue, c.name, 'in_flight_mismatch',
+               pg_catalog.format('in_flight=%s, slot-taking leases=%s', c.in_flight, coalesce(s.n, 0))
+          FROM lonnymq_channel c
+          LEFT JOIN (SELECT m.channel_id, pg_catalog.count(*) AS n FROM lonnymq_message m
+                      WHERE m.slot_taken GROUP BY m.channel_id) s ON s.channel_id = c.id
+         WHERE c.in_flight <> coalesce(s.n, 0)
+        UNION ALL
+        SELECT NULL::bigint, qc.queue, NULL::text, 'queue_in_flight_mismatch',
+               pg_catalog.format('in_flight=%s, slot-taking leases=%s', qc.in_flight, coalesce(s.n, 0))
+          FROM lonnymq_queue_config qc
+          LEFT JOIN (SELECT c.queue, pg_catalog.count(*) AS n
+                       FROM lonnymq_message m JOIN lonnymq_channel c ON c.id = m.channel_id
+                      WHERE m.queue_slot GROUP BY c.queue) s ON s.queue = qc.queue
+         WHERE qc.max_concurrency IS NOT NULL AND qc.in_flight <> coalesce(s.n, 0)
+        UNION ALL
+        SELECT c.id, c.queue, c.name, 'stranded',
+               pg_catalog.format('head due at %s, next_dequeue_at=%s', h.dequeue_at, coalesce(c.next_dequeue_at::text, 'null'))
+          FROM lonnymq_channel c
+          CROSS JOIN LATERAL (SELECT mm.dequeue_at FROM lonnymq_message mm
+                               WHERE mm.channel_id = c.id AND mm.lease_until IS NULL
+                               ORDER BY mm.dequeue_at, mm.id LIMIT 1) h
+         WHERE NOT c.paused
+           AND h.dequeue_at < lonnymq_now_ms_v1() - p_grace_ms
+           -- Its next turn is missing, or later than the head (and the rate limit) need and
+           -- still ahead: a turn that has already come is eligible now, however old the head.
+           AND (c.next_dequeue_at IS NULL
+                OR c.next_dequeue_at > greatest(h.dequeue_at, c.last_dequeue_at + c.release_interval_ms,
+                                                c.next_token_at, lonnymq_now_ms_v1()) + p_grace_ms)
+           -- A producer's committed wake-up mark is applied by the next dequeue.
+           AND NOT EXISTS (SELECT 1 FROM lonnymq_wake w
+                            WHERE w.channel_id = c.id
+                              AND w.dequeue_at <= greatest(h.dequeue_at, lonnymq_now_ms_v1()) + p_grace_ms);
+END
+$$;
+
+-- Superseded by lonnymq_check_limits_v2 (migration 0030_check_v2).
+-- Kept for rolling deploys from 0.1.x; may be dropped in 0.3.0.
+-- Channels whose limits drifted from where they come from: one row per limit that is not
+-- the channel's own and differs from its plan's value (or, without a plan, the default).
+-- lonnymq_check_v1's companion (the named statement check runs both).
+CREATE FUNCTION lonnymq_check_limits_v1()
+RETURNS TABLE (channel_id bigint, queue text, channel text, problem text, detail text)
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT c.id, c.queue, c.name, 'limit_drift'::text,
+           pg_catalog.format('%s=%s, but %s gives %s', v.lim, coalesce(v.actual, 'null'),
+                             CASE WHEN p.id IS NULL THEN 'the default'
+                                  ELSE 'plan ' || pg_catalog.quote_literal(p.name) END,
+                             coalesce(v.expected, 'null'))
+      FROM lonnymq_channel c
+      LEFT JOIN lonnymq_plan p ON p.id = c.plan_id
+     CROSS JOIN LATERAL (VALUES
+        ('weight', NOT c.own_weight, c.weight::text, coalesce(p.weight, 1)::text),
+        ('max_concurrency', NOT c.own_max_concurrency, c.max_concurrency::text, p.max_concurrency::text),
+        ('release_interval_ms', NOT c.own_release_interval, c.release_interval_ms::text,
+         coalesce(p.release_interval_ms, 0)::text),
+        ('rate', NOT c.own_rate,
+         NULLIF(pg_catalog.concat_ws('/', c.rate_count, c.rate_period_ms, c.rate_burst), ''),
+         NULLIF(pg_catalog.concat_ws('/', p.rate_count, p.rate_period_ms, p.rate_burst), ''))
+     ) AS v(lim, inherited, actual, expected)
+     WHERE v.inherited AND v.actual IS DISTINCT FROM v.expected
+$$;

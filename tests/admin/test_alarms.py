@@ -143,3 +143,37 @@ def test_metrics_over_http_carry_the_alarm_series(live_server: Any) -> None:
     assert samples[("lonnymq_live_workers", "t_alarm_served")] == 1
     assert 119 <= samples[("lonnymq_oldest_ready_age_seconds", QUEUE)] < 600
     assert samples[("lonnymq_oldest_ready_age_seconds", "t_alarm_served")] < 60
+
+
+@pytest.mark.django_db
+def test_the_health_figures_agree_with_the_exact_stats_and_stop_counting_at_the_cap() -> None:
+    """alarms.health_figures (the health command's figures, named statement queue_health)
+    reads each queue's ready and paused messages up to a cap, and the oldest ready one's age
+    exactly: below the cap, what QueueSample.live counts in full."""
+    from django_lonnymq import alarms
+    from django_lonnymq.models import QueueSample
+
+    an_hour_ago = timezone.now() - timedelta(hours=1)
+    for n in range(4):
+        api.enqueue(QUEUE, {"n": n}, channel=f"c{n % 2}", run_at=an_hour_ago + timedelta(seconds=n))
+    api.enqueue(QUEUE, {"n": "later"}, channel="c0", delay=3600)
+    for n in range(2):
+        api.enqueue(QUEUE, {"n": n}, channel="held", run_at=an_hour_ago)
+    api.configure_channel(QUEUE, "held", paused=True)
+    [exact] = QueueSample.live([QUEUE])
+    [found] = [sample for sample in alarms.health_figures() if sample.queue == QUEUE]
+    assert (found.ready, found.paused) == (exact.ready, exact.paused) == (4, 2)
+    assert exact.oldest_ready_ms is not None and found.oldest_ready_ms is not None
+    assert 3_599_000 <= exact.oldest_ready_ms <= found.oldest_ready_ms <= exact.oldest_ready_ms + 60_000
+    [capped] = [sample for sample in alarms.health_figures(cap=2) if sample.queue == QUEUE]
+    assert (capped.ready, capped.paused, capped.counted_up_to) == (3, 2, 2)
+    assert alarms.count_text(capped.ready, capped) == "more than 2"
+    assert alarms.count_text(found.ready, found) == "4"
+    [unserved, _] = alarms.alarms([capped], {}, max_age=60, workers_required=True)
+    assert "more than 2 ready message(s) and no live worker" in unserved.text
+    # The command reports them with their cap.
+    report, error = _health()
+    assert error is not None
+    figures = report["queues"][QUEUE]
+    assert (figures["ready"], figures["paused"], figures["counted_up_to"]) == (4, 2, alarms.HEALTH_COUNT_CAP)
+    assert figures["oldest_ready_s"] >= 3599

@@ -64,7 +64,7 @@ def ack(conn: psycopg.Connection[Any], leased: list[tuple[int, str, Any]]) -> li
 
 def check(conn: psycopg.Connection[Any], grace_ms: int = 1000) -> list[tuple[Any, ...]]:
     return conn.execute(
-        "SELECT channel_id, queue, channel, problem, detail FROM lonnymq_check_v1(%s)"
+        "SELECT channel_id, queue, channel, problem, detail FROM lonnymq_check_v2(%s)"
         " ORDER BY channel_id, problem",
         [grace_ms],
     ).fetchall()

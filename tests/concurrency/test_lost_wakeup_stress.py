@@ -161,7 +161,7 @@ def _dequeuer(conn: psycopg.Connection[Any], rng: random.Random, done: threading
 
 def _checker(conn: psycopg.Connection[Any], done: threading.Event, ledger: Ledger,
              seen: dict[str, float]) -> None:
-    """check_v1 every 200 ms; a 'stranded' channel that stays stranded for 2 s is a failure."""
+    """check_v2 every 200 ms; a 'stranded' channel that stays stranded for 2 s is a failure."""
     first_seen: dict[tuple[int, str], float] = {}
     try:
         while not done.is_set():
@@ -175,7 +175,7 @@ def _checker(conn: psycopg.Connection[Any], done: threading.Event, ledger: Ledge
                 age = now - first_seen[key]
                 seen[f"{channel}:{problem}"] = max(seen.get(f"{channel}:{problem}", 0.0), age)
                 if problem != "stranded":
-                    # check_v1 reads one snapshot, in which in_flight and the leases agree.
+                    # check_v2 reads one snapshot, in which in_flight and the leases agree.
                     ledger.fail(f"checker: {channel} {problem}: {detail}")
                 elif age > 2.0:
                     ledger.fail(f"checker: {channel} stranded for {age:.1f}s: {detail}")
@@ -302,7 +302,7 @@ def test_stress_many_producers_in_open_transactions_lose_and_strand_nothing(
         f"committed {len(ledger.committed)}, rolled back {len(ledger.rolled_back)}, "
         f"delivered {len(ledger.delivered)}, dequeue calls {ledger.dequeue_calls} "
         f"({ledger.empty_answers} empty), enqueue p99 {p99:.1f} ms, "
-        f"longest check_v1 'stranded' streak {max(stranded_seen.values(), default=0.0):.1f}s"
+        f"longest check_v2 'stranded' streak {max(stranded_seen.values(), default=0.0):.1f}s"
     )
     for text in ledger.deadlocks[:3]:
         print(f"stress: producer deadlock: {text}")

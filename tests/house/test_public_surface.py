@@ -66,6 +66,7 @@ DOCUMENTED = {
     "django_lonnymq.schedules": ["periodic"],
     "django_lonnymq.registry": ["handler"],
     "django_lonnymq.prometheus": ["metrics"],
+    "django_lonnymq.alarms": ["HEALTH_COUNT_CAP"],
     "django_lonnymq.pytest_plugin": ["lonnymq_drain", "lonnymq_eager", "lonnymq_enqueued"],
 }  # fmt: skip
 

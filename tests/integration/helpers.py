@@ -255,4 +255,4 @@ def ids(found: Iterable[dict[str, Any]]) -> list[int]:
 def assert_healthy(grace: float = 0.1) -> None:
     """The scheduler's own invariant check finds nothing wrong."""
     problems = api.check(grace=grace)
-    assert problems == [], f"lonnymq_check_v1 found problems: {problems}"
+    assert problems == [], f"lonnymq_check_v2 found problems: {problems}"

@@ -60,7 +60,7 @@ def test_a_held_channel_without_limits_is_served_by_a_second_dequeuer(connect: A
     assert [r["id"] for r in rest] == ids[6:]
     assert sorted(ack(first + second + rest, conn=setup)) == sorted(ids)
     assert dequeue(Q, batch=10, conn=setup) == []
-    assert rows("SELECT * FROM lonnymq_check_v1(0)", conn=setup) == []
+    assert rows("SELECT * FROM lonnymq_check_v2(0)", conn=setup) == []
 
 
 def test_a_second_dequeuer_splits_its_batch_round_robin_over_held_channels(connect: Any) -> None:

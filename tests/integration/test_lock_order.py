@@ -41,4 +41,4 @@ def test_release_does_not_wait_for_a_producer_waking_the_channels(connect: Any) 
     assert len(dequeue("order", batch=10, conn=setup)) == 2
     producer.commit()
     assert len(dequeue("order", batch=10, conn=setup)) == 2
-    assert rows("SELECT * FROM lonnymq_check_v1(0)", conn=setup) == []
+    assert rows("SELECT * FROM lonnymq_check_v2(0)", conn=setup) == []

@@ -482,6 +482,7 @@ def _statements(ids: dict[str, Any]) -> list[tuple[str, Any]]:
         ("queue_stats", {"queues": [q]}),
         ("estimated_rows", {"table": "lonnymq_message"}),
         ("expired_leases", {"grace_ms": 1_000}),
+        ("queue_health", {"cap": 100}),
         ("queue_tenants", {"queue": q, "limit": 20, "cap": 100}),
         ("workflow_start", {"name": "lookalike", "channel": None, "names": ["a", "b"], "queues": [q, q],
                             "channels": ["a", "a"], "payloads": ["{}", "{}"], "delays_ms": [0, 0],

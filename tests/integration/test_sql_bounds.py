@@ -59,6 +59,7 @@ def test_a_release_interval_that_would_overflow_a_dequeue_is_refused_and_the_que
         ("SELECT * FROM lonnymq_dequeue_v1('bounds', 1, 9223372036854775807)", "lease"),
         ("SELECT lonnymq_extend_v1(ARRAY[1]::bigint[], ARRAY[gen_random_uuid()], 86400001)", "lease"),
         ("SELECT * FROM lonnymq_check_v1(9223372036854775807)", "grace"),
+        ("SELECT * FROM lonnymq_check_v2(9223372036854775807)", "grace"),
         ("SELECT * FROM lonnymq_record_samples_v1(-1)", "keep"),
         ("SELECT lonnymq_enqueue_many_v1('bounds', ARRAY[['a','b'],['c','d']]::text[],"
          " ARRAY[['{}','{}'],['{}','{}']]::jsonb[])", "channels"),

@@ -20,6 +20,7 @@ PARAMS = {
     "oldest_transaction": {},
     "expired_leases": {"grace_ms": 1000},
     "queue_tenants": {"queue": "ro", "limit": 20, "cap": 100},
+    "queue_health": {"cap": 100},
     "workflow_counts": {},
 }
 

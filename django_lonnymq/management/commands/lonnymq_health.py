@@ -15,7 +15,9 @@ Reports, for each database that holds queues (``LONNYMQ_DATABASE`` and every ali
 * each queue's ready messages: a queue that holds some and has no live worker serving it
   fails, and so does one whose most overdue ready message has been due longer than
   ``LONNYMQ_HEALTH_MAX_READY_AGE`` (5 minutes; :mod:`django_lonnymq.alarms`); a paused
-  channel's messages are paused, not ready, and never count;
+  channel's messages are paused, not ready, and never count. Ready and paused messages are
+  counted up to ``alarms.HEALTH_COUNT_CAP`` (10,000; "more than 10,000" beyond), so the
+  command's work does not grow with the backlog; ``lonnymq_stats`` counts them all;
 * a dequeue probe: one real dequeue of each queue that has work, in a transaction rolled
   back at once (nothing stays leased), so a queue whose dequeue fails is reported even
   while its workers keep running and backing off.
@@ -39,7 +41,6 @@ from django_lonnymq.bounds import MAX_INTERVAL
 from django_lonnymq.conf import settings
 from django_lonnymq.exceptions import LonnyMQError
 from django_lonnymq.management.commands.run_queue_worker import check_database
-from django_lonnymq.models import QueueSample
 from django_lonnymq.routing import databases_of
 
 TABLES = ("lonnymq_channel", "lonnymq_message", "lonnymq_wake", "lonnymq_dedup", "lonnymq_dead_message")
@@ -186,7 +187,8 @@ class Command(BaseCommand):
                 "recovered: are any workers running?"
             )
 
-        samples = QueueSample.live(using=alias)
+        # Counted up to alarms.HEALTH_COUNT_CAP: the work does not grow with the backlog.
+        samples = alarms.health_figures(alias)
         live = alarms.live_workers(alias)
         paused = alarms.paused_queues(alias)  # a paused queue's backlog rings no alarm
         report["queues"] = {
@@ -194,6 +196,7 @@ class Command(BaseCommand):
                 "oldest_ready_s": sample.oldest_ready_seconds,
                 "ready": sample.ready,
                 "paused": sample.paused,
+                "counted_up_to": alarms.HEALTH_COUNT_CAP,
                 "queue_paused": sample.queue in paused,
                 "live_workers": live.get(sample.queue, 0),
             }
@@ -264,9 +267,13 @@ class Command(BaseCommand):
         )
         for queue, figures in report["queues"].items():
             age = figures["oldest_ready_s"]
+            cap = figures["counted_up_to"]
+            ready, held = (
+                f"more than {cap:,}" if n > cap else f"{n}" for n in (figures["ready"], figures["paused"])
+            )
             out(
-                f"queue {queue}: {figures['ready']} ready, oldest due for "
-                f"{'-' if age is None else f'{age:g}s'}; {figures['paused']} paused; "
+                f"queue {queue}: {ready} ready, oldest due for "
+                f"{'-' if age is None else f'{age:g}s'}; {held} paused; "
                 f"{figures['live_workers']} live worker(s)"
             )
         failing = [q for q, error in report["dequeue_probe"].items() if error is not None]
