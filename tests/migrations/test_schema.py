@@ -85,8 +85,8 @@ RELEASED = {
     "0029_admin_indexes.up.sql": "cd3fa34d3b2b5fa631026ef63af681f0f5535c781846b65d47809283b895203e",
     "0030_check_v2.down.sql": "1cd847ad51612ceeb8c3c88abde50eadcb959700d2c70a2fc53fbe780a9479b3",
     "0030_check_v2.up.sql": "0e8bf4eca18f3a69e2faa5d76476368a652eb256c16f0fe079538f2d57e477ae",
-    "0032_task_dedup.down.sql": "ce735bf062033543c12776ee8986dd56c8fd7c4a7b57174876213db24aecf19e",
-    "0032_task_dedup.up.sql": "571cca9449351c5b4d0bdd251189de5dbdcdb64327934b8f07f991b1b1a682d4",
+    "0031_task_dedup.down.sql": "1fc82d1badd548a36497ea0d74bac03c05578a9a9be653374b85a67fded6e13e",
+    "0031_task_dedup.up.sql": "c3739b617cb5ca89b0b44f1e68c4912483064c9b5829d428a300f39aa5ed31e0",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

@@ -1,7 +1,7 @@
 """Dedup keys for Django Tasks: ``lonnymq_enqueue_task_keyed_v1`` (a task enqueue with a
 dedup key and mode, its message and its result row in one call) and
 ``lonnymq_task_message_idx`` (a message's result, by message id); from
-sql/migrations/0032_task_dedup.{up,down}.sql.
+sql/migrations/0031_task_dedup.{up,down}.sql.
 """
 
 from django.db import migrations, models
@@ -11,15 +11,15 @@ from django_lonnymq import sql
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_lonnymq", "0029_admin_indexes"),
+        ("django_lonnymq", "0030_check_v2"),
     ]
 
     operations = [
         migrations.SeparateDatabaseAndState(
             database_operations=[
                 migrations.RunSQL(
-                    sql=sql.migration("0032_task_dedup"),
-                    reverse_sql=sql.migration("0032_task_dedup", "down"),
+                    sql=sql.migration("0031_task_dedup"),
+                    reverse_sql=sql.migration("0031_task_dedup", "down"),
                 ),
             ],
             state_operations=[

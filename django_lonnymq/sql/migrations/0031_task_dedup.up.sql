@@ -1,7 +1,7 @@
 -- Frozen history: what this migration ran when it was released (a test pins this file).
 -- The live definition of every table and function is in ../schema.sql.
 --
--- django-lonnymq 0032: dedup keys for Django Tasks (django_lonnymq.tasks.dedup,
+-- django-lonnymq 0031: dedup keys for Django Tasks (django_lonnymq.tasks.dedup,
 -- docs/tasks.md), one result row per message.
 -- - lonnymq_task_message_idx (new): a message's result, by message id. Built with a
 --   plain CREATE INDEX, which holds off writes to lonnymq_task_result (task enqueues and

@@ -1,4 +1,4 @@
--- django-lonnymq 0032, reversed: drops the keyed task enqueue and the result's message index.
+-- django-lonnymq 0031, reversed: drops the keyed task enqueue and the result's message index.
 SELECT pg_catalog.set_config('search_path',
                              pg_catalog.quote_ident(pg_catalog.current_schema()) || ', pg_temp', true);
 
