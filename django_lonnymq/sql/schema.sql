@@ -3951,7 +3951,8 @@ CREATE INDEX lonnymq_workflow_finished_idx ON lonnymq_workflow (finished_at) WHE
 -- the order of a topological sort, so every parent's id is smaller than its children's. A
 -- waiting step keeps its payload here and is not in the message table; its release inserts
 -- its message (dedup key 'lonnymq.step:<workflow id>', which tells the worker it is a step)
--- and forgets the payload. pending counts the parents that have not succeeded.
+-- and forgets the payload. pending counts the parents that have not succeeded. Pages are
+-- half filled: a step is updated twice (released, then done), on its own page (HOT).
 CREATE TABLE lonnymq_workflow_step (
     id            bigint      PRIMARY KEY,
     workflow_id   bigint      NOT NULL REFERENCES lonnymq_workflow (id) ON DELETE CASCADE,
@@ -3981,7 +3982,7 @@ CREATE TABLE lonnymq_workflow_step (
     CONSTRAINT lonnymq_workflow_step_delay_range CHECK (delay_ms BETWEEN 0 AND 3155760000000),
     CONSTRAINT lonnymq_workflow_step_max_attempts_range CHECK (max_attempts BETWEEN 1 AND 1000),
     CONSTRAINT lonnymq_workflow_step_output_size CHECK (pg_column_size(output) <= 8388608)
-);
+) WITH (fillfactor = 50);
 CREATE INDEX lonnymq_workflow_step_workflow_idx ON lonnymq_workflow_step (workflow_id, id);
 
 -- The DAG's edges. parent_id < child_id: no cycle can be stored.

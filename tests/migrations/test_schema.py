@@ -83,8 +83,8 @@ RELEASED = {
     "0027_workflows.up.sql": "733517507bfd37248e5eec552fbc7236c1029131338f114dd186d602b6a4a9e8",
     "0029_admin_indexes.down.sql": "0e48d0c8803ee673c6de2c54ead816b6c5e5e1b0f77354b2f02b1300e746d25e",
     "0029_admin_indexes.up.sql": "cd3fa34d3b2b5fa631026ef63af681f0f5535c781846b65d47809283b895203e",
-    "0031_workflow_ack_v2.down.sql": "dbbf10584d11a4e81d3e38e90f31318c05b49ce4446f852af3b2272403e95800",
-    "0031_workflow_ack_v2.up.sql": "b30878bb28a341f8c56a0a7967c785e5ff8f3e5e32393ba4c1bc3df77e912860",
+    "0031_workflow_ack_v2.down.sql": "d3d18c3def49f12914e16f321e8e502ea56dcfc8955528b6e80bf7e382cbfc20",
+    "0031_workflow_ack_v2.up.sql": "b0a9d09b04dbec51a40340e21c0548ada196cd59917a26c4393ed43a4d0925b6",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

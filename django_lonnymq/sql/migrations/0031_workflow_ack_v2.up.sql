@@ -9,8 +9,13 @@
 --   through an index (_v1 scanned the step table and the edges for its locks and counts),
 --   a released child is updated once instead of twice, and a fan-in child is locked after
 --   the ack's own steps are written. _v1 moves to superseded.sql.
+-- - lonnymq_workflow_step: fillfactor 50, so that a step's two updates (its release, its
+--   ack) stay on its page as HOT updates, without new entries in its three indexes (pages
+--   written before keep their fill until rewritten).
 SELECT pg_catalog.set_config('search_path',
                              pg_catalog.quote_ident(pg_catalog.current_schema()) || ', pg_temp', true);
+
+ALTER TABLE lonnymq_workflow_step SET (fillfactor = 50);
 
 -- Release steps (locked by the caller, ready: every parent succeeded) into the message table,
 -- as an enqueue would: channels created in name order, each channel's shared advisory lock,
