@@ -3,7 +3,7 @@ in the caller's transaction (``lonnymq_workflow_start_v1``).
 
 A step without parents goes into the message table at the start; a step with parents waits
 in ``lonnymq_workflow_step`` (not in the message table, so dequeues never see it) until the
-ack of its last parent releases it, in that ack's SQL call (``lonnymq_workflow_ack_v1``). A
+ack of its last parent releases it, in that ack's SQL call (``lonnymq_workflow_ack_v2``). A
 handler's JSON return value is its step's output; a step reads its parents' outputs in
 ``message.parent_outputs``. See docs/workflows.md.
 

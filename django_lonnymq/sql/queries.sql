@@ -301,7 +301,7 @@ SELECT lonnymq_workflow_start_v1(%(name)s::text, %(channel)s::text, %(names)s::t
 
 -- name: workflow_ack
 -- The worker's ack of step messages: ack, record outputs, release ready children.
-SELECT lonnymq_workflow_ack_v1(%(ids)s::bigint[], %(tokens)s::uuid[], %(outputs)s::jsonb[], %(tolerance_ms)s::bigint)
+SELECT lonnymq_workflow_ack_v2(%(ids)s::bigint[], %(tokens)s::uuid[], %(outputs)s::jsonb[], %(tolerance_ms)s::bigint)
 
 -- name: workflow_inputs
 -- What a worker gives a step's handler: its name, and its parents' outputs by name.

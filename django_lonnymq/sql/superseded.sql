@@ -683,3 +683,75 @@ AS $$
      ) AS v(lim, inherited, actual, expected)
      WHERE v.inherited AND v.actual IS DISTINCT FROM v.expected
 $$;
+
+-- ---------------------------------------------------------------------------------------
+-- Workflows (the ack of steps moved to _v2 in 0032)
+-- ---------------------------------------------------------------------------------------
+
+-- Superseded by lonnymq_workflow_ack_v2 (migration 0032_workflow_ack_v2).
+-- Kept for rolling deploys from 0.1.x; may be dropped in 0.3.0.
+-- Ack steps (the worker's ack for messages whose dedup key says they are steps): the ack of
+-- lonnymq_ack_v1, and in the same transaction each step acked now succeeds with its output,
+-- its children count it, and every child whose parents have all succeeded is released
+-- (unless its workflow was cancelled). A step whose lease is stale acks nothing, so a step
+-- run twice counts once. Rows are locked in one order: messages (the ack), then steps by
+-- id, then workflows by id. Returns the ids acked.
+CREATE FUNCTION lonnymq_workflow_ack_v1(p_ids bigint[], p_tokens uuid[], p_outputs jsonb[], p_tolerance_ms bigint)
+RETURNS bigint[]
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_acked bigint[];
+    v_done  bigint[];
+    v_ready bigint[];
+BEGIN
+    IF coalesce(pg_catalog.cardinality(p_outputs), 0) <> coalesce(pg_catalog.cardinality(p_ids), 0) THEN
+        PERFORM lonnymq_raise_invalid_v1('outputs', 'must have one output per id', pg_catalog.cardinality(p_outputs)::text);
+    END IF;
+    PERFORM lonnymq_check_range_v1('tolerance', p_tolerance_ms, 0::bigint, 86400000::bigint, false);
+    v_acked := lonnymq_ack_v1(p_ids, p_tokens);
+    IF pg_catalog.cardinality(v_acked) = 0 THEN
+        RETURN v_acked;
+    END IF;
+    PERFORM 1 FROM lonnymq_workflow_step s
+     WHERE s.id = ANY (v_acked)
+        OR s.id IN (SELECT e.child_id FROM lonnymq_workflow_edge e WHERE e.parent_id = ANY (v_acked))
+     ORDER BY s.id FOR UPDATE;
+    WITH done AS (
+        UPDATE lonnymq_workflow_step s
+           SET state = 'succeeded', output = u.output, finished_at = pg_catalog.now()
+          FROM ROWS FROM (pg_catalog.unnest(p_ids), pg_catalog.unnest(p_outputs)) AS u(id, output)
+         WHERE s.id = u.id AND s.id = ANY (v_acked) AND s.state = 'queued'
+        RETURNING s.id
+    )
+    SELECT pg_catalog.array_agg(d.id) INTO v_done FROM done d;
+    IF v_done IS NULL THEN
+        RETURN v_acked;
+    END IF;
+    WITH counted AS (
+        SELECT e.child_id, pg_catalog.count(*)::integer AS n
+          FROM lonnymq_workflow_edge e WHERE e.parent_id = ANY (v_done) GROUP BY e.child_id
+    ), lowered AS (
+        UPDATE lonnymq_workflow_step s SET pending = s.pending - c.n
+          FROM counted c
+         WHERE s.id = c.child_id AND s.state = 'waiting'
+        RETURNING s.id, s.pending, s.workflow_id
+    )
+    SELECT pg_catalog.array_agg(l.id ORDER BY l.id) INTO v_ready
+      FROM lowered l JOIN lonnymq_workflow w ON w.id = l.workflow_id
+     WHERE l.pending = 0 AND w.state <> 'cancelled';
+    PERFORM lonnymq_workflow_release_v1(v_ready, p_tolerance_ms);
+    PERFORM 1 FROM lonnymq_workflow w
+     WHERE w.id IN (SELECT s.workflow_id FROM lonnymq_workflow_step s WHERE s.id = ANY (v_done))
+     ORDER BY w.id FOR NO KEY UPDATE;
+    UPDATE lonnymq_workflow w
+       SET remaining = w.remaining - d.n,
+           state = CASE WHEN w.state = 'running' AND w.remaining = d.n THEN 'succeeded' ELSE w.state END,
+           finished_at = CASE WHEN w.state = 'running' AND w.remaining = d.n THEN pg_catalog.now() ELSE w.finished_at END
+      FROM (SELECT s.workflow_id, pg_catalog.count(*)::integer AS n FROM lonnymq_workflow_step s
+             WHERE s.id = ANY (v_done) GROUP BY s.workflow_id) d
+     WHERE w.id = d.workflow_id;
+    RETURN v_acked;
+END
+$$;

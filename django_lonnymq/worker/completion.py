@@ -31,6 +31,16 @@ def array_literal(values: Iterable[object]) -> str:
     return "{" + ",".join(map(str, values)) + "}"
 
 
+def text_array_literal(values: Iterable[str | None]) -> str:
+    """A PostgreSQL array literal of texts (None: NULL), each quoted: a step ack's outputs
+    (JSON text) as one string, like :func:`array_literal`."""
+    return "{" + ",".join("NULL" if v is None else _quoted(v) for v in values) + "}"
+
+
+def _quoted(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 class Completion:
     """The outcomes waiting to be recorded, and the calls that record them."""
 
@@ -106,9 +116,9 @@ class Completion:
             self.connection.value(
                 "workflow_ack",
                 {
-                    "ids": [o.message.id for o in acks],
-                    "tokens": [o.message.lease_token for o in acks],
-                    "outputs": [o.output for o in acks],
+                    "ids": array_literal(o.message.id for o in acks),
+                    "tokens": array_literal(o.message.lease_token for o in acks),
+                    "outputs": text_array_literal(o.output for o in acks),
                     "tolerance_ms": settings.ms("WAKE_TOLERANCE"),
                 },
             )

@@ -31,7 +31,7 @@ def run_step(queue: str, ok: bool, output: str = '"ok"') -> None:
         [(message_id, token)] = cursor.fetchall()
         if ok:
             cursor.execute(
-                "SELECT lonnymq_workflow_ack_v1(ARRAY[%s]::bigint[], ARRAY[%s]::uuid[], ARRAY[%s]::jsonb[], 0::bigint)",
+                "SELECT lonnymq_workflow_ack_v2(ARRAY[%s]::bigint[], ARRAY[%s]::uuid[], ARRAY[%s]::jsonb[], 0::bigint)",
                 [message_id, token, output],
             )
         else:

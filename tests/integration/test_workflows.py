@@ -213,3 +213,77 @@ def test_the_check_reports_a_broken_invariant(connect):
     assert [p.problem for p in api.check()] == ["workflow_step_released_early"]
     api.cancel_workflow(workflow_id)
     conn.execute("DELETE FROM lonnymq_message")
+
+
+def test_acks_of_two_workflows_at_once_release_shared_children_once_without_deadlock(connect):
+    """Two connections ack, at once and in opposite orders, the parents of two children that
+    every parent shares, in two workflows per call: each child is released once, by the call
+    that acks its last parent, and no call waits on another for good."""
+    ids = []
+    for n in range(2):
+        flow = Workflow(f"grid-{n}")
+        root = flow.step("wf_root", {})
+        tops = [flow.step("wf_part", {"i": i}, after=[root], name=f"p{i}") for i in range(8)]
+        flow.step("wf_merge", {}, after=tops, name="x")
+        flow.step("wf_merge", {}, after=tops, name="y")
+        ids.append(flow.start())
+    main = connect()
+    ack(main, lease(main, "wf_root"))
+    leased = lease(main, "wf_part")
+    assert len(leased) == 16
+    halves = [leased[0::2], leased[1::2][::-1]]  # each half holds parents of both workflows
+    barrier = threading.Barrier(2, timeout=10)
+    results: list = [None, None]
+
+    def body(index: int) -> None:
+        conn = psycopg.connect(main.info.dsn, autocommit=True)
+        try:
+            for part in range(4):  # two parents per call, the halves' calls interleaved
+                barrier.wait()
+                results[index] = (results[index] or []) + ack(conn, halves[index][2 * part : 2 * part + 2])
+        except Exception as exc:
+            results[index] = exc
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not any(t.is_alive() for t in threads), "an ack hung (deadlock?)"
+    assert not [r for r in results if isinstance(r, Exception)], results
+    assert sorted(results[0] + results[1]) == sorted(i for i, _ in leased)
+    released = main.execute(
+        "SELECT name, releases, pending, state FROM lonnymq_workflow_step WHERE name IN ('x', 'y') ORDER BY id"
+    ).fetchall()
+    assert released == [("x", 1, 0, "queued"), ("y", 1, 0, "queued")] * 2
+    assert len(lease(main, "wf_merge")) == 4
+    assert api.check() == []
+    for workflow_id in ids:
+        assert api.workflow(workflow_id).remaining == 2
+
+
+def test_outputs_sent_as_one_array_literal_come_back_unchanged(connect):
+    """The worker sends a step ack's outputs as one quoted array literal (not psycopg's list
+    adapter): quotes, backslashes, braces, commas and NULL-like text survive it."""
+    from django_lonnymq.worker.completion import array_literal, text_array_literal
+
+    outputs = ['{"a": "x\\"y\\\\z", "b": "{},NULL"}', None, '"NULL"', "[1, 2]", '" spaced "']
+    flow = Workflow("outputs")
+    steps = [flow.step("wf_part", {"i": i}, name=f"s{i}") for i in range(len(outputs))]
+    flow.step("wf_merge", {}, after=steps, name="merge")
+    workflow_id = flow.start()
+    conn = connect()
+    leased = sorted(lease(conn, "wf_part"))
+    acked = conn.execute(
+        sql.query("workflow_ack"),
+        {"ids": array_literal(i for i, _ in leased), "tokens": array_literal(t for _, t in leased),
+         "outputs": text_array_literal(outputs), "tolerance_ms": 0},
+    ).fetchone()[0]  # fmt: skip
+    assert sorted(acked) == [i for i, _ in leased]
+    info = api.workflow(workflow_id)
+    assert [info.step(f"s{i}").output for i in range(len(outputs))] == [
+        {"a": 'x"y\\z', "b": "{},NULL"}, None, "NULL", [1, 2], " spaced "
+    ]  # fmt: skip
+    assert info.step("merge").state == "queued"

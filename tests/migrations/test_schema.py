@@ -87,6 +87,8 @@ RELEASED = {
     "0030_check_v2.up.sql": "0e8bf4eca18f3a69e2faa5d76476368a652eb256c16f0fe079538f2d57e477ae",
     "0031_task_dedup.down.sql": "1fc82d1badd548a36497ea0d74bac03c05578a9a9be653374b85a67fded6e13e",
     "0031_task_dedup.up.sql": "c3739b617cb5ca89b0b44f1e68c4912483064c9b5829d428a300f39aa5ed31e0",
+    "0032_workflow_ack_v2.down.sql": "0b5660813599c35bdc2e4bad2e65df301e047e4a7c95cccb73974024940def92",
+    "0032_workflow_ack_v2.up.sql": "23589a9d2a1a6a8317b512705fc7867ea38a491a95f159ffdd5c5cfb2680fb99",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
