@@ -4,8 +4,9 @@ Two sizes, each on an emptied queue of one database: the baseline (``--base-mess
 100,000 over ``--base-channels`` 1,000) and the big one (``--messages`` 10,000,000 over
 ``--channels`` 100,000). For each:
 
-1. The channel rows are created (parked, no message), then ``enqueue_many`` calls of 10,000
-   messages, round robin over the channels, each committed on its own, fill the queue:
+1. The channel rows are created (parked, no message), then ``enqueue_many`` calls of 5,000
+   messages (each call takes an advisory lock per channel: 10,000 can fill the server's
+   shared lock table beside other sessions), round robin over the channels, each committed on its own, fill the queue:
    the first ``--probe`` (100,000) messages are timed (the rate into an empty queue), the
    rest untimed up to the size, then ``--probe`` more are timed (the rate into the full
    queue).
@@ -37,7 +38,7 @@ from . import core
 
 QUEUE = "bench"
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/lq_bench_scale"
-CHUNK = 10_000
+CHUNK = 5_000
 SMALL = "small-tenant"
 
 
@@ -51,6 +52,8 @@ def enqueue_many(conn, channels: list[str]) -> None:
 
 def fill(conn, names: list[str], start: int, count: int) -> float:
     """``count`` messages round robin over ``names`` from position ``start``; msg/s."""
+    if count <= 0:
+        return float("nan")
     t0 = time.perf_counter()
     for at in range(start, start + count, CHUNK):
         n = min(CHUNK, start + count - at)
