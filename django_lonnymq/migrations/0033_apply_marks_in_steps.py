@@ -1,8 +1,9 @@
 """A dequeue applies producers' wake-up marks in steps: ``lonnymq_apply_marks_v1`` takes
 batches of 200 from the queue's index in its order, for at most about 10 ms a call, so the
-marks a bulk enqueue leaves never stall a dequeue. From
-sql/migrations/0033_apply_marks_in_steps.{up,down}.sql. The reverse reinstalls the function
-as the migrations before left it.
+marks a bulk enqueue leaves never stall a dequeue; ``lonnymq_dequeue_held_v1`` reads a
+queue's first due marks through the new ``lonnymq_marks_due_v1``, from the same index. From
+sql/migrations/0033_apply_marks_in_steps.{up,down}.sql. The reverse reinstalls the two
+functions as the migrations before left them, then drops the new one.
 """
 
 from django.db import migrations
@@ -16,7 +17,7 @@ PIN_SEARCH_PATH = (
     "pg_catalog.quote_ident(pg_catalog.current_schema()) || ', pg_temp', true);\n"
 )
 
-REPLACED = ("lonnymq_apply_marks_v1",)
+REPLACED = ("lonnymq_apply_marks_v1", "lonnymq_dequeue_held_v1")
 
 
 class Migration(migrations.Migration):

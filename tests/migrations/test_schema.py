@@ -83,8 +83,8 @@ RELEASED = {
     "0027_workflows.up.sql": "733517507bfd37248e5eec552fbc7236c1029131338f114dd186d602b6a4a9e8",
     "0029_admin_indexes.down.sql": "0e48d0c8803ee673c6de2c54ead816b6c5e5e1b0f77354b2f02b1300e746d25e",
     "0029_admin_indexes.up.sql": "cd3fa34d3b2b5fa631026ef63af681f0f5535c781846b65d47809283b895203e",
-    "0033_apply_marks_in_steps.down.sql": "871c8203d2e60cb91d0ea28c4ffe54bc7518154c7c3834d527e97a0060061a35",
-    "0033_apply_marks_in_steps.up.sql": "0c4d1262799e0b1334967de5040fd05095e8334084ed900690104d0391c58189",
+    "0033_apply_marks_in_steps.down.sql": "71d73b7ad52d264d8a5ff288339753cb0337349370130f4898a02bfdd8f0052e",
+    "0033_apply_marks_in_steps.up.sql": "52d567327f71f950f4cbabafad8c0739e1d08e229d1333043268811d2aa03c12",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
