@@ -108,6 +108,8 @@ def dequeues(conn, channels: int, least: int) -> dict[str, float]:
         "dequeues": len(times),
         "median ms": core.median(times),
         "max ms": max(times),
+        "p95 ms": core.percentile(times, 95),
+        "over 50 ms": sum(t > 50 for t in times),
         "first 10 max ms": max(times[:10]),
         "after 10 median ms": core.median(times[10:]),
         "small after": float("nan") if before is None else before,
@@ -225,7 +227,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     row("dequeues of 100 timed", "dequeues", ",.0f")
     row("dequeue median, ms", "median ms", ".1f", big["median ms"] / base["median ms"], "<= 2x")
+    row("dequeue 95th percentile, ms", "p95 ms", ".1f")
     row("dequeue max, ms", "max ms", ".1f", None, "<= 50 ms")
+    row("dequeues over 50 ms", "over 50 ms", ",.0f")
     row("dequeue max of the first 10, ms", "first 10 max ms", ".1f")
     row("dequeue median after the first 10, ms", "after 10 median ms", ".1f")
     row("small tenant: released before it", "small after", ",.0f", None, "<= one round")
