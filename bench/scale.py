@@ -59,14 +59,22 @@ def enqueue_many(conn, channels: list[str]) -> None:
     raise RuntimeError("the server's lock table stayed full")
 
 
-def fill(conn, names: list[str], start: int, count: int) -> float:
-    """``count`` messages round robin over ``names`` from position ``start``; msg/s."""
+def wal(conn) -> int:
+    return int(conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()[0])
+
+
+def fill(conn, names: list[str], start: int, count: int, wal_per: dict | None = None) -> float:
+    """``count`` messages round robin over ``names`` from position ``start``; msg/s. With
+    ``wal_per``, its "wal" is set to the WAL bytes written per message meanwhile (by every
+    session of the server)."""
     if count <= 0:
         return float("nan")
-    t0 = time.perf_counter()
+    t0, w0 = time.perf_counter(), wal(conn)
     for at in range(start, start + count, CHUNK):
         n = min(CHUNK, start + count - at)
         enqueue_many(conn, [names[(at + i) % len(names)] for i in range(n)])
+    if wal_per is not None:
+        wal_per["wal"] = (wal(conn) - w0) / count
     return count / (time.perf_counter() - t0)
 
 
@@ -160,14 +168,18 @@ def one_size(url: str, conn, messages: int, channels: int, args) -> dict[str, fl
     conn.execute("VACUUM ANALYZE lonnymq_channel")
     out: dict[str, float] = {"messages": messages, "channels": channels}
     probe = min(args.probe, messages)
-    out["enqueue empty msg/s"] = fill(conn, names, 0, probe)
+    empty_wal: dict = {}
+    out["enqueue empty msg/s"] = fill(conn, names, 0, probe, empty_wal)
+    out["enqueue empty WAL B/msg"] = empty_wal["wal"]
     t0 = time.perf_counter()
     rest = fill(conn, names, probe, messages - probe)
     core.log(
         f"  {messages:,} over {channels:,}: filled in {time.perf_counter() - t0:,.0f} s ({rest:,.0f} msg/s)"
     )
     out["enqueue fill msg/s"] = rest
-    out["enqueue full msg/s"] = fill(conn, names, messages, args.probe)
+    full_wal: dict = {}
+    out["enqueue full msg/s"] = fill(conn, names, messages, args.probe, full_wal)
+    out["enqueue full WAL B/msg"] = full_wal["wal"]
     enqueue_many(conn, [SMALL])
     out.update(sizes(conn))
     out.update(dequeues(conn, channels, args.dequeues))
@@ -225,6 +237,8 @@ def main(argv: list[str] | None = None) -> None:
         big["enqueue full msg/s"] / big["enqueue empty msg/s"],
         ">= 0.8x (big full / big empty)",
     )
+    row("enqueue into empty queue, WAL B/msg", "enqueue empty WAL B/msg", ",.0f")
+    row("enqueue into full queue, WAL B/msg", "enqueue full WAL B/msg", ",.0f")
     row("dequeues of 100 timed", "dequeues", ",.0f")
     row("dequeue median, ms", "median ms", ".1f", big["median ms"] / base["median ms"], "<= 2x")
     row("dequeue 95th percentile, ms", "p95 ms", ".1f")
