@@ -754,42 +754,62 @@ END
 $$;
 
 -- A dequeuer's first step: apply the committed marks of a queue to their channels (only
--- ever earlier) and delete them. Marks whose channel row another session holds stay for
--- the next call; nothing here waits.
+-- ever earlier) and delete them, earliest first, in batches of 200 for at most about 10 ms
+-- a call. Marks whose channel row another session holds stay for the next call; nothing
+-- here waits. Each batch is taken from the queue's index in its order and only then joined
+-- to its channel rows, so a batch costs the same whatever the number of marks left. A bulk
+-- enqueue into 100,000 parked channels leaves 100,000 marks: applied 10,000 a call, after a
+-- join and sort of all of them, they took each of the next ten dequeues past 100 ms
+-- (docs/performance.md, "At scale"). The planner settings keep the index's order where the
+-- table has no statistics yet (the default estimate of a queue's marks is a few hundred
+-- rows, which the planner would rather fetch all and sort).
 CREATE FUNCTION lonnymq_apply_marks_v1(p_queue text, p_tolerance_ms bigint) RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
+SET enable_seqscan = off
+SET enable_bitmapscan = off
 AS $$
 DECLARE
-    v_ids bigint[];
-    v_ats bigint[];
+    v_start  timestamptz := pg_catalog.clock_timestamp();
+    v_ids    bigint[];
+    v_ats    bigint[];
+    v_taken  integer;
 BEGIN
-    WITH marks AS (
-        SELECT w.id, w.channel_id, w.dequeue_at
-          FROM lonnymq_wake w
-          JOIN lonnymq_channel c ON c.id = w.channel_id
-         WHERE w.queue = p_queue
-         ORDER BY w.dequeue_at
-         LIMIT 10000
-           FOR UPDATE OF w SKIP LOCKED
-           FOR NO KEY UPDATE OF c SKIP LOCKED
-    ), gone AS (
-        DELETE FROM lonnymq_wake w WHERE w.id IN (SELECT m.id FROM marks m)
-        RETURNING w.channel_id, w.dequeue_at
-    )
-    SELECT pg_catalog.array_agg(g.channel_id ORDER BY g.channel_id), pg_catalog.array_agg(g.at ORDER BY g.channel_id)
-      INTO v_ids, v_ats
-      FROM (SELECT channel_id, pg_catalog.min(dequeue_at) AS at FROM gone GROUP BY channel_id) g;
-    IF v_ids IS NULL THEN
-        RETURN;
-    END IF;
-    UPDATE lonnymq_channel c
-       SET next_dequeue_at = greatest(u.at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at),
-           turn = pg_catalog.nextval('lonnymq_turn_seq') * 100000
-      FROM ROWS FROM (pg_catalog.unnest(v_ids), pg_catalog.unnest(v_ats)) AS u(id, at)
-     WHERE c.id = u.id AND c.id = ANY (v_ids)
-       AND (c.next_dequeue_at IS NULL
-            OR c.next_dequeue_at > greatest(u.at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at) + p_tolerance_ms);
+    LOOP
+        WITH picked AS (
+            SELECT w.id, w.channel_id, w.dequeue_at
+              FROM lonnymq_wake w
+             WHERE w.queue = p_queue
+             ORDER BY w.dequeue_at
+             LIMIT 200
+               FOR UPDATE OF w SKIP LOCKED
+        ), marks AS (
+            SELECT p.id, p.channel_id, p.dequeue_at
+              FROM picked p
+              JOIN lonnymq_channel c ON c.id = p.channel_id
+               FOR NO KEY UPDATE OF c SKIP LOCKED
+        ), gone AS (
+            DELETE FROM lonnymq_wake w WHERE w.id IN (SELECT m.id FROM marks m)
+            RETURNING w.channel_id, w.dequeue_at
+        )
+        SELECT pg_catalog.array_agg(g.channel_id ORDER BY g.channel_id), pg_catalog.array_agg(g.at ORDER BY g.channel_id),
+               (SELECT pg_catalog.count(*) FROM picked)
+          INTO v_ids, v_ats, v_taken
+          FROM (SELECT channel_id, pg_catalog.min(dequeue_at) AS at FROM gone GROUP BY channel_id) g;
+        IF v_ids IS NOT NULL THEN
+            UPDATE lonnymq_channel c
+               SET next_dequeue_at = greatest(u.at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at),
+                   turn = pg_catalog.nextval('lonnymq_turn_seq') * 100000
+              FROM ROWS FROM (pg_catalog.unnest(v_ids), pg_catalog.unnest(v_ats)) AS u(id, at)
+             WHERE c.id = u.id AND c.id = ANY (v_ids)
+               AND (c.next_dequeue_at IS NULL
+                    OR c.next_dequeue_at > greatest(u.at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at) + p_tolerance_ms);
+        END IF;
+        -- The queue's marks are all taken, or the rest are held by other dequeuers (rows this
+        -- call holds come back to it: SKIP LOCKED skips only others'), or the time is spent.
+        EXIT WHEN v_ids IS NULL OR v_taken < 200
+               OR pg_catalog.clock_timestamp() - v_start > interval '10 milliseconds';
+    END LOOP;
 END
 $$;
 
@@ -1534,6 +1554,26 @@ $$;
 -- (their custom plans looked cheaper than the generic one), which was a third of the time
 -- of a dequeue or an ack of one message.
 
+-- The first p_limit committed wake-up marks of a queue due by p_now, earliest first, read
+-- without a lock (lonnymq_dequeue_held_v1's look at the channels being woken). From the
+-- queue's index in its order, so it reads p_limit marks whatever the number left; joined to
+-- their channel rows before the limit, 89,000 marks took 324 ms. The planner settings keep
+-- that plan where the table has no statistics yet (see lonnymq_apply_marks_v1).
+CREATE FUNCTION lonnymq_marks_due_v1(p_queue text, p_now bigint, p_limit integer)
+RETURNS TABLE (channel_id bigint, dequeue_at bigint)
+LANGUAGE sql STABLE
+ROWS 100
+SET search_path FROM CURRENT
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+AS $$
+    SELECT w.channel_id, w.dequeue_at
+      FROM lonnymq_wake w
+     WHERE w.queue = p_queue AND w.dequeue_at <= p_now
+     ORDER BY w.dequeue_at
+     LIMIT p_limit
+$$;
+
 -- A dequeue that found no due channel it could lock: every due channel is held by another
 -- dequeuer (or waiting on one's row made lonnymq_dequeue_v1 give up). The due channels that
 -- have no limit (no concurrency cap, no release interval, no token bucket, not paused) are
@@ -1583,16 +1623,13 @@ BEGIN
                       ORDER BY c.next_dequeue_at, c.turn
                       LIMIT p_batch_size)
                     UNION ALL
-                    (SELECT c.id, w.dequeue_at AS at, c.turn FROM lonnymq_wake w
-                       JOIN lonnymq_channel c ON c.id = w.channel_id
-                      WHERE w.queue = p_queue
-                        AND w.dequeue_at <= p_now
-                        AND NOT c.paused
+                    (SELECT c.id, m.dequeue_at AS at, c.turn
+                       FROM lonnymq_marks_due_v1(p_queue, p_now, p_batch_size) m
+                       JOIN lonnymq_channel c ON c.id = m.channel_id
+                      WHERE NOT c.paused
                         AND c.max_concurrency IS NULL
                         AND c.release_interval_ms = 0
-                        AND c.rate_count IS NULL
-                      ORDER BY w.dequeue_at
-                      LIMIT p_batch_size)) x
+                        AND c.rate_count IS NULL)) x
              ORDER BY x.id, x.at) d;
     IF v_seen IS NULL THEN
         RETURN;

@@ -89,6 +89,8 @@ RELEASED = {
     "0031_task_dedup.up.sql": "c3739b617cb5ca89b0b44f1e68c4912483064c9b5829d428a300f39aa5ed31e0",
     "0032_workflow_ack_v2.down.sql": "0b5660813599c35bdc2e4bad2e65df301e047e4a7c95cccb73974024940def92",
     "0032_workflow_ack_v2.up.sql": "23589a9d2a1a6a8317b512705fc7867ea38a491a95f159ffdd5c5cfb2680fb99",
+    "0033_apply_marks_in_steps.down.sql": "71d73b7ad52d264d8a5ff288339753cb0337349370130f4898a02bfdd8f0052e",
+    "0033_apply_marks_in_steps.up.sql": "52d567327f71f950f4cbabafad8c0739e1d08e229d1333043268811d2aa03c12",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
