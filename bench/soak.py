@@ -97,7 +97,7 @@ def main() -> None:
         parser.error("--channels, --rate and --minutes must be positive")
 
     # A SIGTERM (a killed nohup run) unwinds like Ctrl-C, so the cluster is stopped and removed.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, _interrupt)
     cluster = None
     if args.cluster:
         sys.path.insert(0, str(core.ROOT))
@@ -115,6 +115,10 @@ def main() -> None:
         if cluster is not None:
             cluster.stop()
             log(f"soak: cluster stopped and removed ({cluster.datadir})")
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def run(args: argparse.Namespace, url: str, cluster: Any) -> None:
