@@ -133,6 +133,40 @@ def _remove_cluster(pg_ctl: str, prefix: list[str], datadir: str) -> None:
 
 
 def _from_local_binaries() -> str | None:
+    cluster = start_cluster()
+    if cluster is None:
+        return None
+    atexit.register(cluster.stop)
+    _started_cluster.update(pg_ctl=cluster.pg_ctl, datadir=cluster.datadir, prefix=cluster.prefix)
+    return cluster.url("lonnymq")
+
+
+class Cluster:
+    """A throwaway cluster started by :func:`start_cluster`; ``stop()`` stops and removes it."""
+
+    def __init__(self, pg_ctl: str, prefix: list[str], datadir: str, port: int) -> None:
+        self.pg_ctl = pg_ctl
+        self.prefix = prefix
+        self.datadir = datadir
+        self.port = port
+
+    def url(self, dbname: str) -> str:
+        return f"postgres://postgres@127.0.0.1:{self.port}/{dbname}"
+
+    @property
+    def log(self) -> str:
+        return os.path.join(self.datadir, "log")
+
+    def stop(self) -> None:
+        _remove_cluster(self.pg_ctl, self.prefix, self.datadir)
+
+
+def start_cluster(settings: dict[str, str] | None = None) -> Cluster | None:
+    """Start a throwaway cluster from local PostgreSQL binaries (initdb/pg_ctl) on a free port,
+    with ``settings`` as server settings (``-c name=value``) besides the tests' own; None when
+    there are no binaries. The caller stops it (``stop()``); one whose process is killed
+    outright is removed by the next call (see _stop_orphaned_clusters). The benchmarks use it
+    too (bench.soak --cluster)."""
     candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), reverse=True)
     initdb = shutil.which("initdb") or (candidates[0] if candidates else None)
     if initdb is None:
@@ -154,26 +188,12 @@ def _from_local_binaries() -> str | None:
         check=True,
         capture_output=True,
     )
+    options = f"-p {port} -k {datadir} -c listen_addresses=127.0.0.1 -c max_connections=200"
+    for name, value in (settings or {}).items():
+        options += f" -c {name}={value}"
     subprocess.run(
-        [
-            *prefix,
-            pg_ctl,
-            "-D",
-            datadir,
-            "-w",
-            "-l",
-            os.path.join(datadir, "log"),
-            "start",
-            "-o",
-            f"-p {port} -k {datadir} -c listen_addresses=127.0.0.1 -c max_connections=200",
-        ],
+        [*prefix, pg_ctl, "-D", datadir, "-w", "-l", os.path.join(datadir, "log"), "start", "-o", options],
         check=True,
         capture_output=True,
     )
-
-    def stop() -> None:
-        _remove_cluster(pg_ctl, prefix, datadir)
-
-    atexit.register(stop)
-    _started_cluster.update(pg_ctl=pg_ctl, datadir=datadir, prefix=prefix)
-    return f"postgres://postgres@127.0.0.1:{port}/lonnymq"
+    return Cluster(pg_ctl, prefix, datadir, port)
