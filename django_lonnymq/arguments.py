@@ -76,7 +76,9 @@ def dedup_key(value: Any, field: str = "dedup_key") -> str | None:
     key = name(field, value, bounds.MAX_DEDUP_KEY)
     if key.startswith(RESERVED_DEDUP_PREFIX):
         raise InvalidArgument(
-            field, f"must not start with {RESERVED_DEDUP_PREFIX!r} (the queue's own keys: ticks, workflow steps)", value
+            field,
+            f"must not start with {RESERVED_DEDUP_PREFIX!r} (the queue's own keys: ticks, workflow steps)",
+            value,
         )
     return key
 

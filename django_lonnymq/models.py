@@ -22,7 +22,9 @@ class Plan(models.Model):
 
     id = models.BigAutoField(primary_key=True)
     name = models.CharField(max_length=100, unique=True)
-    weight = models.IntegerField(default=1, help_text="Messages released per round under backlog (1 to 1000).")
+    weight = models.IntegerField(
+        default=1, help_text="Messages released per round under backlog (1 to 1000)."
+    )
     max_concurrency = models.IntegerField(
         null=True, blank=True, help_text="Most messages of a channel in flight at once; empty: unlimited."
     )
@@ -41,7 +43,9 @@ class Plan(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(name__regex=r"^.{1,100}$"), name="lonnymq_plan_name_length"),
             models.CheckConstraint(condition=Q(name__regex=r"\S"), name="lonnymq_plan_name_not_blank"),
-            models.CheckConstraint(condition=Q(weight__gte=1, weight__lte=1000), name="lonnymq_plan_weight_range"),
+            models.CheckConstraint(
+                condition=Q(weight__gte=1, weight__lte=1000), name="lonnymq_plan_weight_range"
+            ),
             models.CheckConstraint(
                 condition=Q(max_concurrency__isnull=True) | Q(max_concurrency__gt=0),
                 name="lonnymq_plan_max_concurrency_positive",
@@ -56,14 +60,16 @@ class Plan(models.Model):
                 name="lonnymq_plan_rate_complete",
             ),
             models.CheckConstraint(
-                condition=Q(rate_count__gte=1, rate_count__lte=1_000_000), name="lonnymq_plan_rate_count_range"
+                condition=Q(rate_count__gte=1, rate_count__lte=1_000_000),
+                name="lonnymq_plan_rate_count_range",
             ),
             models.CheckConstraint(
                 condition=Q(rate_period_ms__gte=1, rate_period_ms__lte=31_622_400_000),
                 name="lonnymq_plan_rate_period_range",
             ),
             models.CheckConstraint(
-                condition=Q(rate_burst__gte=1, rate_burst__lte=1_000_000), name="lonnymq_plan_rate_burst_range"
+                condition=Q(rate_burst__gte=1, rate_burst__lte=1_000_000),
+                name="lonnymq_plan_rate_burst_range",
             ),
         ]
 
@@ -89,8 +95,12 @@ class QueuePlan(models.Model):
         ordering = ["queue"]
         verbose_name = "queue default plan"
         constraints = [
-            models.CheckConstraint(condition=Q(queue__regex=r"^.{1,100}$"), name="lonnymq_queue_plan_queue_length"),
-            models.CheckConstraint(condition=Q(queue__regex=r"\S"), name="lonnymq_queue_plan_queue_not_blank"),
+            models.CheckConstraint(
+                condition=Q(queue__regex=r"^.{1,100}$"), name="lonnymq_queue_plan_queue_length"
+            ),
+            models.CheckConstraint(
+                condition=Q(queue__regex=r"\S"), name="lonnymq_queue_plan_queue_not_blank"
+            ),
         ]
 
     def __str__(self) -> str:

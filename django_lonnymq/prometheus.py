@@ -95,7 +95,9 @@ class QueueCollector:
             released.add_metric([sample.queue], sample.released_total)
         yield released
         flows = GaugeMetricFamily(
-            "lonnymq_workflows", "Workflows by state (running, succeeded, failed, cancelled).", labels=["state"]
+            "lonnymq_workflows",
+            "Workflows by state (running, succeeded, failed, cancelled).",
+            labels=["state"],
         )
         for state, n in workflows.counts(using=self.using).items():
             flows.add_metric([state], n)

@@ -37,6 +37,7 @@ from .exceptions import InvalidArgument
 # Workflow.step's payload when none is given (a Django Task step has args and kwargs).
 _NO_PAYLOAD: Any = object()
 
+
 def parent_outputs() -> dict[str, Any]:
     """Inside a Django Task that runs as a workflow step (``flow.step(task, ...)``): its
     parents' outputs, by step name, as a handler reads ``message.parent_outputs``. ``{}``
@@ -53,7 +54,18 @@ class Step:
     """A step of a :class:`Workflow` (what :meth:`Workflow.step` returns): pass it in another
     step's ``after``. ``name`` is its key in its children's ``message.parent_outputs``."""
 
-    __slots__ = ("workflow", "index", "name", "queue", "channel", "payload", "delay_ms", "max_attempts", "after", "task")
+    __slots__ = (
+        "workflow",
+        "index",
+        "name",
+        "queue",
+        "channel",
+        "payload",
+        "delay_ms",
+        "max_attempts",
+        "after",
+        "task",
+    )
 
     def __init__(
         self,
@@ -130,17 +142,27 @@ class Workflow:
         name: the task function's name)."""
         self._not_started()
         if len(self.steps) >= bounds.MAX_WORKFLOW_STEPS:
-            raise InvalidArgument("steps", f"must be at most {bounds.MAX_WORKFLOW_STEPS} per workflow", len(self.steps) + 1)
+            raise InvalidArgument(
+                "steps", f"must be at most {bounds.MAX_WORKFLOW_STEPS} per workflow", len(self.steps) + 1
+            )
         task: Any = None
         if isinstance(queue, str):
             if payload is _NO_PAYLOAD:
-                raise InvalidArgument("payload", "must be given for a queue's step (args and kwargs are for a task)", None)
+                raise InvalidArgument(
+                    "payload", "must be given for a queue's step (args and kwargs are for a task)", None
+                )
             for field, given in (("args", args), ("kwargs", kwargs)):
                 if given is not None:
-                    raise InvalidArgument(field, "must be given only for a Django Task step (a queue's step has a payload)", queue)
+                    raise InvalidArgument(
+                        field,
+                        "must be given only for a Django Task step (a queue's step has a payload)",
+                        queue,
+                    )
         else:
             if payload is not _NO_PAYLOAD:
-                raise InvalidArgument("payload", "must not be given for a Django Task step (use args and kwargs)", payload)
+                raise InvalidArgument(
+                    "payload", "must not be given for a Django Task step (use args and kwargs)", payload
+                )
             task = self._task(queue, args, kwargs, channel, max_attempts)
             queue, channel, payload, max_attempts = task.queue, task.channel, task.payload, task.max_attempts
         arguments.queue(queue)
@@ -148,7 +170,10 @@ class Workflow:
         text = arguments.payload(payload)
         delay_ms = 0 if delay is None else duration_ms("delay", delay, bounds.MAX_AHEAD)
         attempts = arguments.integer(
-            "max_attempts", settings.MAX_ATTEMPTS if max_attempts is None else max_attempts, 1, bounds.MAX_ATTEMPTS
+            "max_attempts",
+            settings.MAX_ATTEMPTS if max_attempts is None else max_attempts,
+            1,
+            bounds.MAX_ATTEMPTS,
         )
         if name is None:
             # The queue (a task step: the task function's name), then base.2, base.3...
@@ -168,7 +193,9 @@ class Workflow:
             if isinstance(parent, Step):
                 if parent.workflow is not self:
                     raise InvalidArgument(
-                        "after", "must name steps of the same workflow", f"{parent.name!r} of {parent.workflow.name!r}"
+                        "after",
+                        "must name steps of the same workflow",
+                        f"{parent.name!r} of {parent.workflow.name!r}",
                     )
             elif isinstance(parent, str):
                 if parent == name:
@@ -182,14 +209,14 @@ class Workflow:
         self._by_name[name] = created
         return created
 
-    def _task(
-        self, task: Any, args: Any, kwargs: Any, channel: str | None, max_attempts: int | None
-    ) -> Any:
+    def _task(self, task: Any, args: Any, kwargs: Any, channel: str | None, max_attempts: int | None) -> Any:
         """A Django Task given as a step, checked (:func:`django_lonnymq.tasks.step_task`)."""
         try:
             from . import tasks
         except ImportError as exc:  # neither django.tasks nor the django-tasks backport
-            raise InvalidArgument("queue", "must be a queue name (Django Tasks are not installed)", repr(task)) from exc
+            raise InvalidArgument(
+                "queue", "must be a queue name (Django Tasks are not installed)", repr(task)
+            ) from exc
         if not isinstance(task, tasks.Task):
             raise InvalidArgument("queue", "must be a queue name or a Django Task (@task)", repr(task))
         return tasks.step_task(
@@ -211,7 +238,10 @@ class Workflow:
         arguments.queue(queue)
         channel = arguments.channel(channel if channel is not None else (self.channel or "default"))
         attempts = arguments.integer(
-            "max_attempts", settings.MAX_ATTEMPTS if max_attempts is None else max_attempts, 1, bounds.MAX_ATTEMPTS
+            "max_attempts",
+            settings.MAX_ATTEMPTS if max_attempts is None else max_attempts,
+            1,
+            bounds.MAX_ATTEMPTS,
         )
         self._on_failure = (queue, channel, arguments.payload(payload), attempts)
 
@@ -291,7 +321,9 @@ class Workflow:
                     .filter(workflow_id=self.id, name__in=[s.name for s in results])
                     .values_list("name", "id")
                 )
-                tasks.write_step_results([{**(s.task or {}), "message_id": ids[s.name]} for s in results], self.using)
+                tasks.write_step_results(
+                    [{**(s.task or {}), "message_id": ids[s.name]} for s in results], self.using
+                )
         else:
             self.id = int(db.value("workflow_start", params, using=self.using, arrays=True))
         if eager.enabled():
@@ -418,7 +450,9 @@ def _task_results_of_unfinished_steps(workflow_id: int, alias: str) -> dict[int,
     from .models import Message as MessageRow
     from .models import WorkflowStepRecord
 
-    steps = WorkflowStepRecord.objects.using(alias).filter(workflow_id=workflow_id, state__in=("waiting", "queued"))
+    steps = WorkflowStepRecord.objects.using(alias).filter(
+        workflow_id=workflow_id, state__in=("waiting", "queued")
+    )
     if not tasks.any_queue_is_a_task_queue():
         steps = steps.filter(queue__in=tasks.task_queues())  # only task queues hold task steps
     payloads = dict(steps.filter(state="waiting").values_list("id", "payload"))
@@ -427,7 +461,9 @@ def _task_results_of_unfinished_steps(workflow_id: int, alias: str) -> dict[int,
     return {
         step_id: payload["result_id"]
         for step_id, payload in payloads.items()
-        if isinstance(payload, dict) and isinstance(payload.get("task"), str) and isinstance(payload.get("result_id"), str)
+        if isinstance(payload, dict)
+        and isinstance(payload.get("task"), str)
+        and isinstance(payload.get("result_id"), str)
     }
 
 
@@ -486,7 +522,11 @@ def run_eagerly(workflow_id: int, alias: str) -> None:
         if failure is not None and failure not in tried:
             tried.add(failure)
             if MessageRow.objects.using(alias).filter(id=failure).exists():
-                queue = WorkflowRecord.objects.using(alias).values_list("on_failure_queue", flat=True).get(id=workflow_id)
+                queue = (
+                    WorkflowRecord.objects.using(alias)
+                    .values_list("on_failure_queue", flat=True)
+                    .get(id=workflow_id)
+                )
                 eager.run(str(queue), [failure], alias)
             continue
         if not ready:

@@ -66,7 +66,15 @@ class PlanForm(forms.ModelForm):
 @admin.register(Plan)
 class PlanAdmin(NoBulkDelete, admin.ModelAdmin):
     form = PlanForm
-    list_display = ("name", "weight", "cap", "release_interval_ms", "rate_display", "channel_count", "default_of")
+    list_display = (
+        "name",
+        "weight",
+        "cap",
+        "release_interval_ms",
+        "rate_display",
+        "channel_count",
+        "default_of",
+    )
     readonly_fields = ("channel_count", "default_of", "updated_at")
     search_fields = ("name",)
     show_facets = admin.ShowFacets.NEVER
@@ -98,7 +106,9 @@ class PlanAdmin(NoBulkDelete, admin.ModelAdmin):
         count = getattr(obj, "lq_channels", None)
         if count is None:
             count = obj.channels.count()
-        url = reverse("admin:django_lonnymq_channel_changelist") + "?" + urlencode({"plan__id__exact": obj.pk})
+        url = (
+            reverse("admin:django_lonnymq_channel_changelist") + "?" + urlencode({"plan__id__exact": obj.pk})
+        )
         return format_html('<a href="{}">{}</a>', url, f"{count:,}")
 
     @admin.display(description="default plan of")
@@ -108,7 +118,9 @@ class PlanAdmin(NoBulkDelete, admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: Plan, form: forms.ModelForm, change: bool) -> None:
         """Create or change through ``api.configure_plan``; only the changed limits are passed."""
-        fields = set(form.changed_data) if change else {"weight", "max_concurrency", "release_interval_ms", "rate"}
+        fields = (
+            set(form.changed_data) if change else {"weight", "max_concurrency", "release_interval_ms", "rate"}
+        )
         changes: dict[str, Any] = {}
         if "weight" in fields:
             changes["weight"] = obj.weight

@@ -69,7 +69,8 @@ class Migration(migrations.Migration):
                         "ordering": ["name"],
                         "constraints": [
                             models.CheckConstraint(
-                                condition=models.Q(("name__regex", "^.{1,100}$")), name="lonnymq_plan_name_length"
+                                condition=models.Q(("name__regex", "^.{1,100}$")),
+                                name="lonnymq_plan_name_length",
                             ),
                             models.CheckConstraint(
                                 condition=models.Q(("name__regex", "\\S")), name="lonnymq_plan_name_not_blank"
@@ -79,8 +80,11 @@ class Migration(migrations.Migration):
                                 name="lonnymq_plan_weight_range",
                             ),
                             models.CheckConstraint(
-                                condition=models.Q(("max_concurrency__isnull", True), ("max_concurrency__gt", 0),
-                                                   _connector="OR"),
+                                condition=models.Q(
+                                    ("max_concurrency__isnull", True),
+                                    ("max_concurrency__gt", 0),
+                                    _connector="OR",
+                                ),
                                 name="lonnymq_plan_max_concurrency_positive",
                             ),
                             models.CheckConstraint(
@@ -110,7 +114,9 @@ class Migration(migrations.Migration):
                                 name="lonnymq_plan_rate_count_range",
                             ),
                             models.CheckConstraint(
-                                condition=models.Q(("rate_period_ms__gte", 1), ("rate_period_ms__lte", 31622400000)),
+                                condition=models.Q(
+                                    ("rate_period_ms__gte", 1), ("rate_period_ms__lte", 31622400000)
+                                ),
                                 name="lonnymq_plan_rate_period_range",
                             ),
                             models.CheckConstraint(
@@ -147,7 +153,8 @@ class Migration(migrations.Migration):
                                 name="lonnymq_queue_plan_queue_length",
                             ),
                             models.CheckConstraint(
-                                condition=models.Q(("queue__regex", "\\S")), name="lonnymq_queue_plan_queue_not_blank"
+                                condition=models.Q(("queue__regex", "\\S")),
+                                name="lonnymq_queue_plan_queue_not_blank",
                             ),
                         ],
                     },
@@ -171,7 +178,9 @@ class Migration(migrations.Migration):
                     model_name="channel", name="own_max_concurrency", field=models.BooleanField(default=False)
                 ),
                 migrations.AddField(
-                    model_name="channel", name="own_release_interval", field=models.BooleanField(default=False)
+                    model_name="channel",
+                    name="own_release_interval",
+                    field=models.BooleanField(default=False),
                 ),
                 migrations.AddField(
                     model_name="channel", name="own_rate", field=models.BooleanField(default=False)

@@ -92,7 +92,12 @@ class Migration(migrations.Migration):
                         (
                             "pk",
                             models.CompositePrimaryKey(
-                                "parent_id", "child_id", blank=True, editable=False, primary_key=True, serialize=False
+                                "parent_id",
+                                "child_id",
+                                blank=True,
+                                editable=False,
+                                primary_key=True,
+                                serialize=False,
                             ),
                         ),
                         (

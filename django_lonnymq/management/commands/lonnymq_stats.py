@@ -126,7 +126,9 @@ class Command(BaseCommand):
             for state, n in workflows.counts(using=alias).items():
                 flows[state] = flows.get(state, 0) + n
         if options["json"]:
-            self.stdout.write(json.dumps({"at": timezone.now().isoformat(), "queues": rows, "workflows": flows}))
+            self.stdout.write(
+                json.dumps({"at": timezone.now().isoformat(), "queues": rows, "workflows": flows})
+            )
         else:
             self.stdout.write(self._table(rows))
             if any(flows.values()):
