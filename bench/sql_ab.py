@@ -60,8 +60,18 @@ def with_suffix(url: str, suffix: str) -> str:
     return f"{head}/{name}_{suffix}" + (f"?{query}" if query else "")
 
 
+# The single enqueue before lonnymq_enqueue_v2 (migration 0025 added the dedup modes).
+ENQUEUE_V1 = (
+    "SELECT lonnymq_enqueue_v1(%(queue)s::text, %(channel)s::text, %(payload)s::jsonb, %(run_at_ms)s::bigint,"
+    " %(delay_ms)s::bigint, %(priority)s::integer, %(dedup_key)s::text, %(max_attempts)s::integer,"
+    " %(priority_step_ms)s::bigint, %(tolerance_ms)s::bigint)"
+)
+
+
 def enqueue_singles(conn: psycopg.Connection[Any], n: int) -> float:
-    statement = sql.query("enqueue")
+    """The app's enqueue statement, or on a base migrated before 0025 the one it sent then."""
+    has_v2 = conn.execute("SELECT to_regproc('lonnymq_enqueue_v2') IS NOT NULL").fetchone()[0]
+    statement = sql.query("enqueue") if has_v2 else ENQUEUE_V1
     params = {"queue": QUEUE, "payload": core.PAYLOAD_TEXT, "run_at_ms": None, "delay_ms": None, "priority": 0,
               "dedup_key": None, "on_duplicate": "skip", "max_attempts": 5, "priority_step_ms": 1000, "tolerance_ms": 50}  # fmt: skip
     start = time.perf_counter()
