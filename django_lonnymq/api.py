@@ -11,6 +11,7 @@ they run on ``using`` (default ``LONNYMQ_DATABASE``); pass ``using=queue_databas
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -23,6 +24,7 @@ from .arguments import now_ms  # noqa: F401 - api.now_ms() is part of the API
 from .conf import enqueue_params, settings
 from .durations import duration_ms
 from .exceptions import InvalidArgument
+from .message import is_step, workflow_of
 from .rates import Rate
 from .routing import queue_database
 
@@ -401,9 +403,34 @@ def resume_queue(queue: str, *, using: str | None = None) -> bool:
 
 
 def requeue_dead(ids: Iterable[int], *, reset_attempts: bool = True, using: str | None = None) -> list[int]:
-    """Move dead messages back into their channels, ready now. Returns the ids requeued."""
+    """Move dead messages back into their channels, ready now. Returns the ids requeued.
+
+    In eager mode they run as new messages do (a workflow's dead step resumes its workflow)."""
     params = {"ids": arguments.message_ids(ids), "reset_attempts": bool(reset_attempts), **enqueue_params()}
-    return list(db.value("requeue_dead", params, using=using))
+    requeued = list(db.value("requeue_dead", params, using=using))
+    if requeued and eager.enabled():
+        _run_requeued_eagerly(requeued, db.alias(using))
+    return requeued
+
+
+def _run_requeued_eagerly(ids: list[int], alias: str) -> None:
+    """Eager mode: requeued plain messages run by queue; a requeued step runs its workflow on
+    (``workflows.run_eagerly``), so the steps its success releases run too."""
+    from .models import Message as MessageRow
+
+    plain: dict[str, list[int]] = {}
+    flows: set[int] = set()
+    rows = MessageRow.objects.using(alias).filter(id__in=ids).values_list("id", "channel__queue", "dedup_key")
+    for message_id, queue, dedup_key in rows.order_by("id"):
+        workflow_id = workflow_of(dedup_key) if is_step(dedup_key) else None
+        if workflow_id is not None:
+            flows.add(workflow_id)
+        else:
+            plain.setdefault(queue, []).append(message_id)
+    for queue, queue_ids in sorted(plain.items()):
+        eager.after_enqueue(queue, queue_ids, alias)
+    for workflow_id in sorted(flows):
+        eager.when_committed(functools.partial(workflows.run_eagerly, workflow_id, alias), alias)
 
 
 def cancel(ids: Iterable[int], *, missing_ok: bool = False, using: str | None = None) -> list[int]:

@@ -15,7 +15,17 @@ from asgiref.sync import async_to_sync
 from django.db import transaction
 from django.test import AsyncClient, override_settings
 
-from django_lonnymq import Discard, Item, Message, aenqueue, aenqueue_many, enqueue, enqueue_many, handler
+from django_lonnymq import (
+    Discard,
+    Item,
+    Message,
+    aenqueue,
+    aenqueue_many,
+    api,
+    enqueue,
+    enqueue_many,
+    handler,
+)
 from django_lonnymq.models import Channel, DeadMessage
 from django_lonnymq.models import Message as MessageRow
 from django_lonnymq.testing import drain, eager
@@ -92,6 +102,35 @@ def test_the_setting_turns_it_on_and_retries_and_dead_letters_apply():
     assert dead.reason == "failed" and "never works" in dead.last_error
     discarded = enqueue("eager_discard", {})
     assert DeadMessage.objects.get(id=discarded).reason == "discarded"
+
+
+@pytest.mark.django_db
+def test_a_requeued_dead_message_runs_again_at_once():
+    with eager():
+        doomed = enqueue("eager_always_fails", {}, max_attempts=1)
+        flaky = enqueue("eager_flaky", {}, max_attempts=1)
+    assert [(doomed, 1), (flaky, 1)] == SEEN
+    assert set(DeadMessage.objects.values_list("id", flat=True)) == {doomed, flaky}
+    SEEN.clear()
+    with eager():
+        # reset_attempts=False: the flaky one's next attempt (2) fails again; the other as before
+        assert api.requeue_dead([flaky, doomed], reset_attempts=False) == sorted([doomed, flaky])
+    assert sorted(SEEN) == sorted([(doomed, 2), (flaky, 2)])
+    assert set(DeadMessage.objects.values_list("id", flat=True)) == {doomed, flaky}
+    SEEN.clear()
+    api.requeue_dead([flaky], reset_attempts=False)  # eager mode off: it waits for a worker
+    assert SEEN == [] and MessageRow.objects.filter(id=flaky).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_requeue_inside_a_rolled_back_block_runs_nothing():
+    with eager():
+        doomed = enqueue("eager_always_fails", {}, max_attempts=1)
+    SEEN.clear()
+    with eager(), pytest.raises(ZeroDivisionError), transaction.atomic():
+        api.requeue_dead([doomed])
+        raise ZeroDivisionError
+    assert SEEN == [] and DeadMessage.objects.filter(id=doomed).exists()
 
 
 @pytest.mark.django_db(transaction=True)

@@ -124,6 +124,21 @@ def test_a_dead_step_fails_the_workflow_runs_on_failure_once_and_its_requeue_res
 
 
 @pytest.mark.django_db
+def test_api_requeue_dead_of_a_dead_step_resumes_the_workflow():
+    BROKEN.add("b")
+    with eager():
+        workflow_id = diamond().start()
+    dead_step = api.workflow(workflow_id).step("b").id
+    RUNS.clear()
+    BROKEN.clear()
+    with eager():
+        assert api.requeue_dead([dead_step]) == [dead_step]
+    assert [name for name, _ in RUNS] == ["b", "d"]
+    assert api.workflow(workflow_id).state == "succeeded"
+    assert api.check() == []
+
+
+@pytest.mark.django_db
 def test_without_eager_mode_no_step_runs():
     workflow_id = diamond().start()
     assert RUNS == []
