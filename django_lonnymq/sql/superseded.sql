@@ -62,7 +62,8 @@ $$;
 -- Figures before paused was a state of its own (0007_paused_state)
 -- ---------------------------------------------------------------------------------------
 
--- Superseded by lonnymq_queue_stats_v2 (migration 0007_paused_state).
+-- Superseded by lonnymq_queue_stats_v3 (migration 0035_stats_at_size, after _v2 from
+-- 0007_paused_state).
 -- Kept for rolling deploys from 0.1.x; may be dropped in 0.3.0.
 -- lonnymq_record_samples_v1 calls it. A paused channel's messages count as ready or
 -- scheduled, paused is 0.
@@ -123,7 +124,8 @@ AS $$
      ORDER BY q.queue
 $$;
 
--- Superseded by lonnymq_record_samples_v2 (migration 0007_paused_state).
+-- Superseded by lonnymq_record_samples_v3 (migration 0035_stats_at_size, after _v2 from
+-- 0007_paused_state).
 -- Kept for rolling deploys from 0.1.x; may be dropped in 0.3.0.
 -- Record one sample per queue now (its figures and the running sum of released_total) and
 -- drop samples older than p_keep_ms. Returns the rows recorded.

@@ -309,6 +309,7 @@ def test_lonnymq_stats_with_nothing() -> None:
     assert "No queues yet" in out.getvalue()
 
 
+@pytest.mark.urls("tests.admin.urls")
 def test_metrics_view_says_which_gauges_are_estimated(client: Client, busy_queue: None) -> None:
     pytest.importorskip("prometheus_client")
     text = client.get("/metrics/").content.decode()

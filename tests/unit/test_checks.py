@@ -100,6 +100,7 @@ def test_the_checks_are_registered():
         "check_channel_idle_prune",
         "check_workflow_retention",
         "check_vacuum_threshold",
+        "check_stats_count_cap",
     }
 
 

@@ -227,16 +227,16 @@ BEGIN
     )
     SELECT NULL::bigint, q.queue, pg_catalog.clock_timestamp(),
            coalesce(pq.channels, 0), coalesce(pq.paused_channels, 0),
-           CASE WHEN pq.big THEN GREATEST(pq.ready, pg_catalog.round(coalesce(s.ready, 0) * 100 / v_pct)::bigint)
+           CASE WHEN pq.big THEN GREATEST(pq.ready, pg_catalog.round(coalesce(s.ready, 0::bigint)::double precision * 100::double precision / v_pct)::bigint)
                 ELSE coalesce(pq.ready, 0) END,
-           CASE WHEN pq.big THEN GREATEST(pq.scheduled, pg_catalog.round(coalesce(s.scheduled, 0) * 100 / v_pct)::bigint)
+           CASE WHEN pq.big THEN GREATEST(pq.scheduled, pg_catalog.round(coalesce(s.scheduled, 0::bigint)::double precision * 100::double precision / v_pct)::bigint)
                 ELSE coalesce(pq.scheduled, 0) END,
            coalesce(f.n, 0),
-           CASE WHEN d.big THEN GREATEST(p_cap + 1, pg_catalog.round(d.n * 100 / v_dead_pct)::bigint)
+           CASE WHEN d.big THEN GREATEST(p_cap + 1, pg_catalog.round(d.n::double precision * 100::double precision / v_dead_pct)::bigint)
                 ELSE coalesce(d.n, 0) END,
            CASE WHEN coalesce(h.head, pq.head) <= v_now THEN v_now - coalesce(h.head, pq.head) END,
            (coalesce(pq.released, 0::numeric) + coalesce(p.released, 0::bigint)::numeric)::bigint,
-           CASE WHEN pq.big THEN GREATEST(pq.paused, pg_catalog.round(coalesce(s.paused, 0) * 100 / v_pct)::bigint)
+           CASE WHEN pq.big THEN GREATEST(pq.paused, pg_catalog.round(coalesce(s.paused, 0::bigint)::double precision * 100::double precision / v_pct)::bigint)
                 ELSE coalesce(pq.paused, 0) END,
            coalesce(pq.big, false) OR coalesce(d.big, false)
       FROM queues q
