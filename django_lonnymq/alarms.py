@@ -98,9 +98,12 @@ def alarms(
 
 
 def count_text(count: int, sample: QueueSample) -> str:
-    """``count`` as a figure, or "more than N" when it was counted only up to N
-    (:func:`health_figures` sets ``counted_up_to``)."""
+    """``count`` as a figure, "more than N" when it was counted only up to N
+    (:func:`health_figures` sets ``counted_up_to``), "about N" when it was estimated
+    (:meth:`QueueSample.live` past ``LONNYMQ_STATS_COUNT_CAP``)."""
     cap = getattr(sample, "counted_up_to", None)
+    if sample.estimated:
+        return f"about {count:,}"
     return f"more than {cap:,}" if cap is not None and count > cap else f"{count:,}"
 
 
@@ -109,7 +112,8 @@ def health_figures(using: str | None = None, *, cap: int = HEALTH_COUNT_CAP) -> 
     samples, in work that does not grow with the backlog (named statement ``queue_health``):
     ``ready`` and ``paused`` exact up to ``cap`` (beyond it cap + 1, and ``counted_up_to`` says
     so), ``oldest_ready_ms`` exact (one probe per channel). The other counts are left 0:
-    :meth:`QueueSample.live` counts everything exactly, for the dashboard and the stats."""
+    :meth:`QueueSample.live` counts everything (exactly up to ``LONNYMQ_STATS_COUNT_CAP``), for the
+    dashboard and the stats."""
     alias = using or settings.DATABASE
     found = []
     for queue, ready, paused, head, now_ms in db.rows("queue_health", {"cap": cap}, using=alias):

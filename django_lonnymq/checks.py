@@ -1,4 +1,4 @@
-"""System checks, ids ``lonnymq.E00x`` / ``lonnymq.E1x0``-``E2x0`` (``E250``: queue databases) / ``lonnymq.W210`` (one test each in tests/unit/test_checks.py)."""
+"""System checks, ids ``lonnymq.E00x`` / ``lonnymq.E1x0``-``E3x0`` (``E250``: queue databases) / ``lonnymq.W210`` (one test each in tests/unit/test_checks.py)."""
 
 from __future__ import annotations
 
@@ -228,6 +228,29 @@ def check_sampling(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                 )
             )
     return errors
+
+
+@register(Tags.compatibility)
+def check_stats_count_cap(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """E300: LONNYMQ_STATS_COUNT_CAP is an integer from 1 to 1,000,000,000."""
+    from .sampling import COUNT_CAP_LARGEST, COUNT_CAP_SMALLEST
+
+    value = settings.STATS_COUNT_CAP
+    if (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and COUNT_CAP_SMALLEST <= value <= COUNT_CAP_LARGEST
+    ):
+        return []
+    return [
+        Error(
+            f"LONNYMQ_STATS_COUNT_CAP must be an integer from {COUNT_CAP_SMALLEST} to {COUNT_CAP_LARGEST}, "
+            f"got {value!r}.",
+            hint="The default is 100000: a queue's figures are exact up to this many waiting messages "
+            "and estimated past it. The figures use the nearest allowed value meanwhile.",
+            id="lonnymq.E300",
+        )
+    ]
 
 
 @register(Tags.compatibility)

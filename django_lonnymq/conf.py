@@ -83,6 +83,11 @@ DEFAULTS: dict[str, Any] = {
     "SAMPLE_INTERVAL": timedelta(minutes=1),
     # Samples older than this are dropped when a sample is recorded. 1 min to 366 days.
     "SAMPLE_KEEP": timedelta(hours=24),
+    # The operators' figures (lonnymq_stats, /metrics, the dashboard, the samples) count a
+    # queue's waiting messages, and its dead letters, exactly up to this many; past it they
+    # are estimated from a sample of the table (flagged "estimated"), so their cost does not
+    # grow with the backlog. An integer from 1 to 1,000,000,000.
+    "STATS_COUNT_CAP": 100_000,
     # OpenTelemetry spans around enqueue and handler runs, when opentelemetry is installed
     # (the otel extra) and a tracer provider records them; False: never (django_lonnymq.tracing).
     "TRACING": True,

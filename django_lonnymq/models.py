@@ -584,6 +584,11 @@ class QueueSample(models.Model):
     def __str__(self) -> str:
         return f"{self.queue} at {self.at:%Y-%m-%d %H:%M:%S}"
 
+    # Live figures (live(), record()) say whether a queue's counts were estimated: past
+    # LONNYMQ_STATS_COUNT_CAP waiting messages (or dead letters) they come from a sample of the
+    # table. Not stored: a recorded sample read back says False.
+    estimated = False
+
     @property
     def depth(self) -> int:
         """Messages workers will take: ready plus scheduled (a paused channel's are apart)."""
@@ -601,10 +606,14 @@ class QueueSample(models.Model):
 
     @classmethod
     def live(cls, queues: list[str] | None = None, *, using: str | None = None) -> list[QueueSample]:
-        """The figures of every queue (or of ``queues``) now, as unsaved samples."""
+        """The figures of every queue (or of ``queues``) now, as unsaved samples: exact up to
+        ``LONNYMQ_STATS_COUNT_CAP`` waiting messages (and dead letters) per queue, estimated
+        past it (``sample.estimated``)."""
         from . import db
+        from .sampling import count_cap
 
-        samples: list[QueueSample] = db.models(cls, "queue_stats", {"queues": queues}, using=using)
+        params = {"queues": queues, "cap": count_cap()}
+        samples: list[QueueSample] = db.models(cls, "queue_stats", params, using=using)
         for sample in samples:
             sample._state.adding = True  # not stored: saving would insert it
         return samples
@@ -613,8 +622,9 @@ class QueueSample(models.Model):
     def record(cls, *, keep_ms: int = 86_400_000, using: str | None = None) -> list[QueueSample]:
         """Record a sample of every queue now; drop samples older than ``keep_ms``."""
         from . import db
+        from .sampling import count_cap
 
-        return db.models(cls, "record_samples", {"keep_ms": keep_ms}, using=using)
+        return db.models(cls, "record_samples", {"keep_ms": keep_ms, "cap": count_cap()}, using=using)
 
 
 # ---------------------------------------------------------------------------------------

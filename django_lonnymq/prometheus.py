@@ -66,6 +66,16 @@ class QueueCollector:
         for sample in samples:
             age.add_metric([sample.queue], sample.oldest_ready_seconds or 0.0)
         yield age
+        estimated = GaugeMetricFamily(
+            "lonnymq_stats_estimated",
+            "1 when the queue's message and dead-letter gauges are estimates: it holds more than "
+            "LONNYMQ_STATS_COUNT_CAP waiting messages (or dead letters), counted from a sample of the "
+            "table; 0 when they are exact.",
+            labels=["queue"],
+        )
+        for sample in samples:
+            estimated.add_metric([sample.queue], 1 if sample.estimated else 0)
+        yield estimated
         workers = GaugeMetricFamily(
             "lonnymq_live_workers",
             "Live workers serving the queue (not stopped, heard from within LONNYMQ_WORKER_LOST_AFTER).",

@@ -1,7 +1,8 @@
 """The dashboard page (``admin/django_lonnymq/channel/dashboard/``, routed by the channel
 admin): every queue's figures now, and the chosen queue's history, rates and charts.
 
-The figures come from ``QueueSample.live()`` (exact, one SQL function call for all queues)
+The figures come from ``QueueSample.live()`` (one SQL function call for all queues: exact up
+to ``LONNYMQ_STATS_COUNT_CAP`` waiting messages per queue, estimated past it and marked ``~``)
 and the history from ``lonnymq_queue_sample`` rows (recorded by the workers, or by
 ``manage.py lonnymq_stats --record``). A user with the change permission on queue limits
 (``QueueConfig``) gets a Pause / Resume button per queue (a POST to the same page, which calls
@@ -34,6 +35,7 @@ from ..figures import (
 )
 from ..models import Channel, DeadMessage, QueueConfig, QueueSample
 from ..routing import queue_databases
+from ..sampling import count_cap
 from ..urlparams import storable
 from .charts import backlog_chart, drain_chart, thin, throughput_chart
 from .common import (
@@ -53,6 +55,9 @@ WINDOWS = [(15, "15 minutes"), (60, "1 hour"), (360, "6 hours"), (1440, "24 hour
 DEFAULT_WINDOW = 60
 # Channels in the tenants view.
 TENANTS = 20
+# The tenants view looks up the head of every channel of a queue of at most this many
+# channels; past it, of this many next in turn and this many at their cap (queue_tenants).
+TENANT_CANDIDATES = 1_000
 
 
 def view(model_admin: admin.ModelAdmin[Any], request: HttpRequest) -> HttpResponse:
@@ -180,6 +185,8 @@ def dashboard_context(request: HttpRequest, *, using: str | None = None) -> dict
         "throughput_chart": throughput_chart(drawn),
         "drain_chart": drain_chart(drawn),
         "workflows": workflows.counts(using=alias),
+        "count_cap": count_cap(),
+        "any_estimated": any(sample.estimated for sample in live),
         "now": now,
         # Several databases hold queues: the page shows one (?database=), with links to the others.
         "databases": queue_databases() if several_databases() else [],
@@ -194,7 +201,8 @@ def tenants(
     :data:`TENANTS` channels of ``queue``, the longest-waiting ready head first (named
     statement ``queue_tenants``). In a paused queue (``queue_paused``) a channel with work
     waits for the queue's resume, not for a worker."""
-    rows = db.rows("queue_tenants", {"queue": queue, "limit": TENANTS, "cap": COUNT_CAP}, using=using)
+    params = {"queue": queue, "limit": TENANTS, "cap": COUNT_CAP, "candidates": TENANT_CANDIDATES}
+    rows = db.rows("queue_tenants", params, using=using)
     found = []
     for (channel_id, name, paused, max_concurrency, in_flight, weight, interval_ms, rate_count, rate_period_ms,
          rate_burst, next_at, last_at, released, head_at, now_ms, ready, scheduled) in rows:  # fmt: skip

@@ -141,7 +141,8 @@ SELECT lonnymq_purge_channel_v1(%(channel_id)s::bigint)
 
 -- name: record_samples
 -- One sample per queue for the dashboard's history, pruning old ones.
-SELECT * FROM lonnymq_record_samples_v2(%(keep_ms)s::bigint)
+-- Exact up to `cap` waiting messages per queue, estimated past it (`estimated`).
+SELECT * FROM lonnymq_record_samples_v3(%(keep_ms)s::bigint, %(cap)s::bigint)
 
 -- name: delete_channel
 SELECT lonnymq_delete_channel_v1(%(id)s::bigint)
@@ -269,7 +270,7 @@ SELECT added, changed, removed
 
 -- name: record_samples_due
 -- Workers: one sample per queue when none is newer than the interval (one recorder at a time).
-SELECT lonnymq_record_samples_due_v1(%(interval_ms)s::bigint, %(keep_ms)s::bigint)
+SELECT lonnymq_record_samples_due_v2(%(interval_ms)s::bigint, %(keep_ms)s::bigint, %(cap)s::bigint)
 
 -- name: trace_load
 SELECT t.message_id, t.context FROM lonnymq_trace t WHERE t.message_id = ANY (%(ids)s::bigint[])

@@ -4,7 +4,9 @@
 -- transaction): writes go through django_lonnymq.api and queries.sql.
 
 -- name: queue_stats
-SELECT * FROM lonnymq_queue_stats_v2(%(queues)s::text[])
+-- Every queue's figures: exact up to `cap` waiting messages (and dead letters) per queue,
+-- estimated past it (the `estimated` column says so; docs/admin.md, "Figures at size").
+SELECT * FROM lonnymq_queue_stats_v3(%(queues)s::text[], %(cap)s::bigint)
 
 -- name: channel_counts
 SELECT channel_id, ready, scheduled, in_flight FROM lonnymq_channel_counts_v1(%(ids)s::bigint[], %(cap)s::integer)
@@ -65,20 +67,43 @@ SELECT pg_catalog.count(*) FILTER (WHERE m.lease_until < n.v - %(grace_ms)s::big
 -- message (the first of the ready index) has waited longest first (ready ones, then paused
 -- or only scheduled ones, then the idle ones with the most in flight), with their limits,
 -- release counters (the row's plus its held-release rows) and counts (capped at `cap`).
--- Cost: one probe of the ready index per channel of the queue (its head), then the counts of
--- the rows shown only (docs/admin.md, "The tenants view").
+-- Cost: one probe of the ready index per candidate channel (its head), then the counts of
+-- the rows shown only (docs/admin.md, "The tenants view"). The candidates are every channel
+-- of a queue of at most `candidates` channels; past that, the channels a backlog keeps
+-- waiting longest (the `candidates` next in turn, the `candidates` at their cap with the
+-- earliest turn), the first `limit` paused ones and the `limit` with the most in flight, so
+-- the view costs the same at 100,000 channels as at 1,000.
 WITH now_ms AS (
     SELECT lonnymq_now_ms_v1() AS v
+), candidates AS (
+    SELECT c.id FROM lonnymq_channel c
+     WHERE c.queue = %(queue)s::text
+       AND (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM lonnymq_channel c2 WHERE c2.queue = %(queue)s::text
+                                             LIMIT %(candidates)s::integer + 1) x) <= %(candidates)s::integer
+    UNION
+    (SELECT c.id FROM lonnymq_channel c
+      WHERE c.queue = %(queue)s::text AND c.next_dequeue_at IS NOT NULL AND NOT c.paused
+        AND (c.max_concurrency IS NULL OR c.in_flight < c.max_concurrency)
+      ORDER BY c.next_dequeue_at LIMIT %(candidates)s::integer)
+    UNION
+    (SELECT c.id FROM lonnymq_channel c
+      WHERE c.queue = %(queue)s::text AND NOT c.paused AND c.in_flight >= c.max_concurrency
+      ORDER BY c.next_dequeue_at NULLS LAST LIMIT %(candidates)s::integer)
+    UNION
+    (SELECT c.id FROM lonnymq_channel c WHERE c.queue = %(queue)s::text AND c.paused
+      ORDER BY c.name LIMIT %(limit)s::integer)
+    UNION
+    (SELECT c.id FROM lonnymq_channel c WHERE c.queue = %(queue)s::text
+      ORDER BY c.in_flight DESC, c.name LIMIT %(limit)s::integer)
 ), heads AS (
     SELECT c.id, c.name, c.paused, c.in_flight, h.dequeue_at AS head_at,
            (h.dequeue_at IS NULL OR h.dequeue_at > now_ms.v OR c.paused) AS not_ready
-      FROM lonnymq_channel c CROSS JOIN now_ms
+      FROM candidates k JOIN lonnymq_channel c ON c.id = k.id CROSS JOIN now_ms
       LEFT JOIN LATERAL (
           SELECT m.dequeue_at FROM lonnymq_message m
            WHERE m.channel_id = c.id AND m.lease_until IS NULL
            ORDER BY m.dequeue_at, m.id LIMIT 1
       ) h ON true
-     WHERE c.queue = %(queue)s::text
 ), top AS (
     SELECT id, head_at, not_ready FROM heads
      ORDER BY not_ready, head_at NULLS LAST, in_flight DESC, name
@@ -101,7 +126,7 @@ SELECT s.state, (SELECT pg_catalog.count(*) FROM lonnymq_workflow w WHERE w.stat
 
 -- name: queue_health
 -- The health command's figures of each queue that has channels, in work that does not grow
--- with the backlog (queue_stats counts every waiting message): ready messages (due, in a
+-- with the backlog (and reads no sample, unlike queue_stats past its cap): ready messages (due, in a
 -- channel that is not paused) and paused ones (waiting in a paused channel) counted exactly
 -- up to %(cap)s and given as cap + 1 beyond it (each channel's range of the ready index is
 -- read until the queue's count passes the cap); the most overdue ready message (a channel's

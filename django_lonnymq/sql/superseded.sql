@@ -62,7 +62,8 @@ $$;
 -- Figures before paused was a state of its own (0007_paused_state)
 -- ---------------------------------------------------------------------------------------
 
--- Superseded by lonnymq_queue_stats_v2 (migration 0007_paused_state).
+-- Superseded by lonnymq_queue_stats_v3 (migration 0035_stats_at_size, after _v2 from
+-- 0007_paused_state).
 -- Kept for rolling deploys from 0.1.x; may be dropped in 0.3.0.
 -- lonnymq_record_samples_v1 calls it. A paused channel's messages count as ready or
 -- scheduled, paused is 0.
@@ -123,7 +124,8 @@ AS $$
      ORDER BY q.queue
 $$;
 
--- Superseded by lonnymq_record_samples_v2 (migration 0007_paused_state).
+-- Superseded by lonnymq_record_samples_v3 (migration 0035_stats_at_size, after _v2 from
+-- 0007_paused_state).
 -- Kept for rolling deploys from 0.1.x; may be dropped in 0.3.0.
 -- Record one sample per queue now (its figures and the running sum of released_total) and
 -- drop samples older than p_keep_ms. Returns the rows recorded.
@@ -753,5 +755,141 @@ BEGIN
              WHERE s.id = ANY (v_done) GROUP BY s.workflow_id) d
      WHERE w.id = d.workflow_id;
     RETURN v_acked;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- Figures counted exactly whatever the backlog (the code moved to lonnymq_queue_stats_v3,
+-- exact up to a cap and estimated past it, in 0035)
+-- ---------------------------------------------------------------------------------------
+
+-- Superseded by lonnymq_queue_stats_v3 (migration 0035_stats_at_size).
+-- Kept for rolling deploys from 0.1.x; may be dropped in 0.3.0.
+-- lonnymq_record_samples_v2 calls it.
+-- Exact figures per queue (all queues when p_queues is NULL), as sample rows with id NULL.
+-- A paused channel's waiting messages count as paused only: never ready, never scheduled,
+-- and never the oldest ready (an operator who pauses a tenant is not alerted by its wait).
+-- Cost: ready/scheduled/paused walk the ready index (channel_id, dequeue_at, id) once per
+-- channel, i.e. one index entry per waiting message of the queue (index-only when the
+-- visibility map allows); in_flight walks the lease index (messages in flight only); dead
+-- walks the (queue, died_at) index. No scan of the message table's heap by channel.
+-- released_total is the sum of the channel rows' counters, of lonnymq_release_count (a
+-- small table) and of the queue's pruned channels (lonnymq_queue_released), so it never falls
+-- when a channel is pruned; a queue whose channels were all pruned keeps its row.
+CREATE FUNCTION lonnymq_queue_stats_v2(p_queues text[] DEFAULT NULL)
+RETURNS SETOF lonnymq_queue_sample
+LANGUAGE sql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+    WITH now_ms AS (
+        SELECT lonnymq_now_ms_v1() AS v
+    ), ch AS (
+        SELECT c.id, c.queue, c.paused, c.released_total + coalesce(r.n, 0::bigint) AS released_total
+          FROM lonnymq_channel c
+          LEFT JOIN (SELECT rc.channel_id, pg_catalog.sum(rc.released)::bigint AS n FROM lonnymq_release_count rc
+                      GROUP BY rc.channel_id) r ON r.channel_id = c.id
+         WHERE p_queues IS NULL OR c.queue = ANY (p_queues)
+    ), waiting AS (
+        SELECT ch.queue, pg_catalog.count(*) AS channels, pg_catalog.count(*) FILTER (WHERE ch.paused) AS paused_channels,
+               pg_catalog.sum(w.ready) FILTER (WHERE NOT ch.paused) AS ready,
+               pg_catalog.sum(w.scheduled) FILTER (WHERE NOT ch.paused) AS scheduled,
+               pg_catalog.sum(w.ready + w.scheduled) FILTER (WHERE ch.paused) AS paused,
+               pg_catalog.min(w.head) FILTER (WHERE NOT ch.paused) AS head,
+               pg_catalog.sum(ch.released_total) AS released_total
+          FROM ch CROSS JOIN now_ms
+          CROSS JOIN LATERAL (
+              SELECT pg_catalog.count(*) FILTER (WHERE m.dequeue_at <= now_ms.v) AS ready,
+                     pg_catalog.count(*) FILTER (WHERE m.dequeue_at > now_ms.v) AS scheduled,
+                     pg_catalog.min(m.dequeue_at) AS head
+                FROM lonnymq_message m
+               WHERE m.channel_id = ch.id AND m.lease_until IS NULL
+          ) w
+         GROUP BY ch.queue
+    ), flying AS (
+        SELECT ch.queue, pg_catalog.count(*) AS n
+          FROM lonnymq_message m JOIN ch ON ch.id = m.channel_id
+         WHERE m.lease_until IS NOT NULL
+         GROUP BY ch.queue
+    ), dead AS (
+        SELECT d.queue, pg_catalog.count(*) AS n FROM lonnymq_dead_message d
+         WHERE p_queues IS NULL OR d.queue = ANY (p_queues)
+         GROUP BY d.queue
+    ), pruned AS (
+        SELECT p.queue, p.released FROM lonnymq_queue_released p
+         WHERE p_queues IS NULL OR p.queue = ANY (p_queues)
+    ), queues AS (
+        SELECT waiting.queue FROM waiting UNION SELECT dead.queue FROM dead
+        UNION SELECT pruned.queue FROM pruned
+    )
+    SELECT NULL::bigint, q.queue, pg_catalog.clock_timestamp(),
+           coalesce(w.channels, 0), coalesce(w.paused_channels, 0),
+           coalesce(w.ready, 0)::bigint, coalesce(w.scheduled, 0)::bigint,
+           coalesce(f.n, 0), coalesce(d.n, 0),
+           CASE WHEN w.head <= now_ms.v THEN now_ms.v - w.head END,
+           (coalesce(w.released_total, 0::numeric) + coalesce(p.released, 0::bigint)::numeric)::bigint,
+           coalesce(w.paused, 0)::bigint
+      FROM queues q CROSS JOIN now_ms
+      LEFT JOIN waiting w ON w.queue = q.queue
+      LEFT JOIN flying f ON f.queue = q.queue
+      LEFT JOIN dead d ON d.queue = q.queue
+      LEFT JOIN pruned p ON p.queue = q.queue
+     ORDER BY q.queue
+$$;
+
+-- Superseded by lonnymq_record_samples_v3 (migration 0035_stats_at_size).
+-- Kept for rolling deploys from 0.1.x; may be dropped in 0.3.0.
+-- lonnymq_record_samples_due_v1 calls it.
+-- Record one sample per queue now (lonnymq_queue_stats_v2's figures: paused apart) and drop
+-- samples older than p_keep_ms. Returns the rows recorded.
+CREATE FUNCTION lonnymq_record_samples_v2(p_keep_ms bigint DEFAULT 86400000)
+RETURNS SETOF lonnymq_queue_sample
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM lonnymq_check_range_v1('keep', p_keep_ms, 1::bigint, 31622400000::bigint, false);
+    DELETE FROM lonnymq_queue_sample s
+     WHERE s.at < pg_catalog.clock_timestamp() - pg_catalog.make_interval(secs => p_keep_ms::double precision / 1000::double precision);
+    RETURN QUERY
+        INSERT INTO lonnymq_queue_sample (queue, at, channels, paused_channels, ready, scheduled,
+                                          in_flight, dead, oldest_ready_ms, released_total, paused)
+        SELECT x.queue, x.at, x.channels, x.paused_channels, x.ready, x.scheduled,
+               x.in_flight, x.dead, x.oldest_ready_ms, x.released_total, x.paused
+          FROM lonnymq_queue_stats_v2(NULL::text[]) x
+        RETURNING *;
+END
+$$;
+
+-- Superseded by lonnymq_record_samples_due_v2 (migration 0035_stats_at_size).
+-- Kept for rolling deploys from 0.1.x; may be dropped in 0.3.0.
+-- One sample per queue if none was recorded in the last p_interval_ms, by one caller at a
+-- time: every worker calls this on its own clock, the first to take the sampler's lock
+-- records (lonnymq_record_samples_v2, pruning samples older than p_keep_ms) and the others
+-- find the lock taken, or a sample too recent, and record nothing. Any recorder counts
+-- (`lonnymq_stats --record` too), so samples are at least p_interval_ms apart. Returns the
+-- rows recorded (0: not due, or another caller is recording).
+-- The lock: the two-key form with the queue's namespace and key -210, which no channel's key
+-- (channel id modulo 2^31-1, never negative) can take (docs/locking.md).
+CREATE FUNCTION lonnymq_record_samples_due_v1(p_interval_ms bigint, p_keep_ms bigint)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_recorded integer;
+BEGIN
+    PERFORM lonnymq_check_range_v1('interval', p_interval_ms, 1000::bigint, 86400000::bigint, false);
+    PERFORM lonnymq_check_range_v1('keep', p_keep_ms, 1::bigint, 31622400000::bigint, false);
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(lonnymq_lock_ns_v1(), -210) THEN
+        RETURN 0;
+    END IF;
+    -- Under the lock, and in a statement that began after the previous holder committed.
+    IF EXISTS (SELECT 1 FROM lonnymq_queue_sample s
+                WHERE s.at > pg_catalog.clock_timestamp()
+                             - pg_catalog.make_interval(secs => p_interval_ms::double precision / 1000::double precision)) THEN
+        RETURN 0;
+    END IF;
+    SELECT pg_catalog.count(*)::integer INTO v_recorded FROM lonnymq_record_samples_v2(p_keep_ms);
+    RETURN v_recorded;
 END
 $$;

@@ -30,7 +30,7 @@ from ..bounds import MAX_INTERVAL
 from ..conf import settings, to_ms
 from ..exceptions import LeaseLost
 from ..message import Message
-from ..sampling import interval_ms, keep_ms
+from ..sampling import count_cap, interval_ms, keep_ms
 from .connection import ControlConnection
 from .held import Held
 from .observer import Observer, Observers
@@ -342,7 +342,7 @@ class Samples(Observer):
         rows = self.connection.quietly(
             "record the dashboard's samples",
             "record_samples_due",
-            {"interval_ms": every, "keep_ms": keep_ms()},
+            {"interval_ms": every, "keep_ms": keep_ms(), "cap": count_cap()},
         )
         if rows:
             self.recorded += int(rows[0][0] or 0)

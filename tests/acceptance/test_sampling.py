@@ -54,7 +54,7 @@ def test_one_recorder_at_a_time_and_never_a_sample_too_soon(
     enqueue_many("t_record", [Item({"n": 1})])
     first, second = connect(autocommit=False), connect()
     call = sql.query("record_samples_due")
-    params = {"interval_ms": 60_000, "keep_ms": 86_400_000}
+    params = {"interval_ms": 60_000, "keep_ms": 86_400_000, "cap": 100_000}
     assert first.execute(call, params).fetchone()[0] >= 1  # records, and holds the lock
     assert second.execute(call, params).fetchone()[0] == 0  # lock taken: records nothing
     first.commit()

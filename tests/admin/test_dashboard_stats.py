@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.test import Client
+from django.test import Client, override_settings
 from django.urls import reverse
 from django.utils import timezone
 
@@ -307,6 +307,49 @@ def test_lonnymq_stats_with_nothing() -> None:
     out = StringIO()
     call_command("lonnymq_stats", stdout=out)
     assert "No queues yet" in out.getvalue()
+
+
+@pytest.mark.urls("tests.admin.urls")
+def test_metrics_view_says_which_gauges_are_estimated(client: Client, busy_queue: None) -> None:
+    pytest.importorskip("prometheus_client")
+    text = client.get("/metrics/").content.decode()
+    assert "# TYPE lonnymq_stats_estimated gauge" in text
+    assert re.search(rf'^lonnymq_stats_estimated{{queue="{QUEUE}"}} 0\.0$', text, re.MULTILINE), text
+    with override_settings(LONNYMQ_STATS_COUNT_CAP=1):  # QUEUE holds 4 waiting messages
+        text = client.get("/metrics/").content.decode()
+    assert re.search(rf'^lonnymq_stats_estimated{{queue="{QUEUE}"}} 1\.0$', text, re.MULTILINE), text
+    # 1 waiting message: not past a cap of 1.
+    assert re.search(r'^lonnymq_stats_estimated\{queue="t_admin_other"\} 0\.0$', text, re.MULTILINE), text
+
+
+def test_lonnymq_stats_marks_estimated_figures(busy_queue: None) -> None:
+    out = StringIO()
+    with override_settings(LONNYMQ_STATS_COUNT_CAP=1):
+        call_command("lonnymq_stats", stdout=out)
+        json_out = StringIO()
+        call_command("lonnymq_stats", "--json", "--queue", QUEUE, stdout=json_out)
+    row = next(line for line in out.getvalue().splitlines() if line.startswith(QUEUE + " ")).split()
+    # READY, SCHEDULED, DEPTH, PAUSED, DEAD marked (from a sample of the table); the others exact.
+    assert [cell.startswith("~") for cell in row[:11]] == [False] * 4 + [True] * 4 + [False, True, False]
+    assert row[:4] + [row[8], row[9], row[10]] == [QUEUE, "running", "2", "0", "1", "~1", "2"]
+    other = next(line for line in out.getvalue().splitlines() if line.startswith("t_admin_other"))
+    assert "~" not in other
+    (document,) = json.loads(json_out.getvalue())["queues"]
+    assert (document["estimated"], document["in_flight"], document["dead"]) == (True, 1, 1)
+    assert document["depth"] >= 2  # never below what the walk counted (cap + 1 = 2 messages)
+    plain = StringIO()
+    call_command("lonnymq_stats", "--json", "--queue", QUEUE, stdout=plain)
+    assert json.loads(plain.getvalue())["queues"][0]["estimated"] is False
+
+
+def test_dashboard_marks_estimated_figures(admin_client: Client, busy_queue: None) -> None:
+    page = admin_client.get(DASHBOARD, {"queue": QUEUE}).content.decode()
+    assert "lq-estimated" not in page
+    with override_settings(LONNYMQ_STATS_COUNT_CAP=1):
+        page = admin_client.get(DASHBOARD, {"queue": QUEUE}).content.decode()
+    assert 'id="lq-estimated-help"' in page and "LONNYMQ_STATS_COUNT_CAP" in page
+    # The selected queue's five counts in the cards, and its row of the table.
+    assert page.count('<span class="lq-estimated"') == 10
 
 
 @pytest.mark.urls("tests.admin.urls")

@@ -7,12 +7,14 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
 from django_lonnymq import api, db
 from django_lonnymq.admin.dashboard import TENANTS
+from django_lonnymq.api import Item
 
 from .conftest import dequeue
 
@@ -74,7 +76,7 @@ def test_tenants_show_who_waits_their_limits_and_share(admin_client: Client) -> 
 def test_at_most_twenty_tenants_by_a_limited_statement(admin_client: Client) -> None:
     for n in range(TENANTS + 5):
         api.enqueue(QUEUE, {"n": n}, channel=f"c{n:02}")
-    found = db.rows("queue_tenants", {"queue": QUEUE, "limit": TENANTS, "cap": 10_000})
+    found = db.rows("queue_tenants", {"queue": QUEUE, "limit": TENANTS, "cap": 10_000, "candidates": 1_000})
     assert len(found) == TENANTS
     assert [row[1] for row in found] == [f"c{n:02}" for n in range(TENANTS)]  # the oldest heads
     page = admin_client.get(DASHBOARD, {"queue": QUEUE}).content.decode()
@@ -87,3 +89,33 @@ def test_the_dashboard_opens_on_the_queue_with_the_most_ready_messages(admin_cli
     page = admin_client.get(DASHBOARD).content.decode()
     assert "Queue dashboard: z_busy" in page
     assert '<option value="z_busy" selected>' in page
+
+
+def _message_reads() -> int:
+    """Ready-index entries and message heap tuples this transaction has read so far."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_stat_get_xact_tuples_returned('lonnymq_message_ready_idx'::regclass)"
+            " + pg_stat_get_xact_tuples_returned('lonnymq_message'::regclass)"
+            " + pg_stat_get_xact_tuples_fetched('lonnymq_message'::regclass)"
+        )
+        return int(cursor.fetchone()[0])
+
+
+def test_a_large_queue_has_its_heads_looked_up_for_a_bounded_set_of_channels() -> None:
+    api.enqueue_many(QUEUE, [Item({"n": n}, channel=f"c{n:03}") for n in range(200)])
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE lonnymq_message, lonnymq_channel")  # as autovacuum would
+    params = {"queue": QUEUE, "limit": 3, "cap": 10_000}
+    before = _message_reads()
+    every = db.rows("queue_tenants", {**params, "candidates": 1_000})
+    middle = _message_reads()
+    bounded = db.rows("queue_tenants", {**params, "candidates": 5})
+    after = _message_reads()
+    # Not timing: the rows read (the planner may probe each channel's head by index, or scan
+    # this small table for it). Within the bound every channel's head is looked up ...
+    assert middle - before >= 200
+    # ... past it, those of the 5 next in turn (none here: no dequeue has woken these
+    # channels yet) and of the 3 with the most in flight, then the counts of the 3 rows shown.
+    assert after - middle < (middle - before) / 4, (after - middle, middle - before)
+    assert [row[1] for row in bounded] == [row[1] for row in every] == ["c000", "c001", "c002"]

@@ -12,14 +12,14 @@ from django.db import connection, transaction
 from django_lonnymq import enqueue, sql
 
 PARAMS = {
-    "queue_stats": {"queues": None},
+    "queue_stats": {"queues": None, "cap": 100_000},
     "channel_counts": {"ids": [1, 2], "cap": 100},
     "estimated_rows": {"table": "lonnymq_message"},
     "live_workers": {"lost_after_s": 30.0},
     "table_health": {"tables": ["lonnymq_message"]},
     "oldest_transaction": {},
     "expired_leases": {"grace_ms": 1000},
-    "queue_tenants": {"queue": "ro", "limit": 20, "cap": 100},
+    "queue_tenants": {"queue": "ro", "limit": 20, "cap": 100, "candidates": 1_000},
     "queue_health": {"cap": 100},
     "workflow_counts": {},
 }
@@ -46,4 +46,4 @@ def test_a_writing_statement_fails_in_such_a_transaction():
         connection.cursor() as cursor,
     ):
         cursor.execute("SET TRANSACTION READ ONLY")
-        cursor.execute(sql.query("record_samples"), {"keep_ms": 60_000})
+        cursor.execute(sql.query("record_samples"), {"keep_ms": 60_000, "cap": 100_000})

@@ -100,6 +100,7 @@ def test_the_checks_are_registered():
         "check_channel_idle_prune",
         "check_workflow_retention",
         "check_vacuum_threshold",
+        "check_stats_count_cap",
     }
 
 
@@ -478,6 +479,8 @@ def test_e280_channel_idle_prune_must_be_none_or_a_bounded_duration(value):
 def test_e280_accepts_none_and_durations_in_bounds(value):
     with override_settings(LONNYMQ_CHANNEL_IDLE_PRUNE=value):
         assert lonnymq_errors() == []
+
+
 def test_workflow_retention_is_none_or_a_bounded_duration(settings):
     from datetime import timedelta
 
@@ -489,6 +492,8 @@ def test_workflow_retention_is_none_or_a_bounded_duration(settings):
     for bad in (-1, timedelta(days=367), "a week", True):
         settings.LONNYMQ_WORKFLOW_RETENTION = bad
         assert [e.id for e in check_workflow_retention()] == ["lonnymq.E290"], bad
+
+
 # E270: LONNYMQ_VACUUM_THRESHOLD is None or an integer from 0 to 1000000000
 # ---------------------------------------------------------------------------------------
 
@@ -505,3 +510,29 @@ def test_e270_vacuum_threshold_must_be_none_or_a_bounded_integer(value):
 def test_e270_accepts_none_and_integers_in_bounds(value):
     with override_settings(LONNYMQ_VACUUM_THRESHOLD=value):
         assert lonnymq_errors() == []
+
+
+# ---------------------------------------------------------------------------------------
+# E300: LONNYMQ_STATS_COUNT_CAP is an integer from 1 to 1000000000
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [0, -1, 10**9 + 1, 1000.0, "1000", True, None])
+def test_e300_stats_count_cap_must_be_a_bounded_integer(value):
+    from django_lonnymq.sampling import count_cap
+
+    with override_settings(LONNYMQ_STATS_COUNT_CAP=value):
+        errors = lonnymq_errors()
+        used = count_cap()
+    assert ids(errors) == ["lonnymq.E300"]
+    assert "LONNYMQ_STATS_COUNT_CAP" in errors[0].msg and repr(value) in errors[0].msg
+    assert 1 <= used <= 10**9  # the figures use an allowed value meanwhile
+
+
+@pytest.mark.parametrize("value", [1, 1000, 100_000, 10**9])
+def test_e300_accepts_integers_in_bounds(value):
+    from django_lonnymq.sampling import count_cap
+
+    with override_settings(LONNYMQ_STATS_COUNT_CAP=value):
+        assert lonnymq_errors() == []
+        assert count_cap() == value

@@ -3,7 +3,12 @@ stores them as samples for the dashboard's history.
 
 The rates (released per minute, net drain) look back ``RATE_WINDOW`` over the recorded
 samples, this command's earlier rounds (``--interval``) and the figures now. STATE (``queue_paused``
-in --json) says whether the whole queue is paused (``api.pause_queue``)."""
+in --json) says whether the whole queue is paused (``api.pause_queue``).
+
+A queue past ``LONNYMQ_STATS_COUNT_CAP`` waiting messages (or dead letters) has its counts
+estimated from a sample of the table: the table marks them with ``~`` (READY, SCHEDULED, DEPTH,
+PAUSED, DEAD) and --json says ``"estimated": true``. IN FLIGHT, OLDEST READY, the channels and
+RELEASED stay exact."""
 
 from __future__ import annotations
 
@@ -47,6 +52,9 @@ COLUMNS = [
     ("released_rate", "RELEASED/MIN"),
     ("net_drain", "NET DRAIN/MIN"),
 ]
+
+# The columns an estimated queue's figures mark with "~" (the others stay exact).
+ESTIMATED = ("ready", "scheduled", "depth", "paused", "dead")
 
 
 class Command(BaseCommand):
@@ -188,6 +196,7 @@ class Command(BaseCommand):
             "in_flight": sample.in_flight,
             "dead": sample.dead,
             "released_total": sample.released_total,
+            "estimated": bool(sample.estimated),
             "oldest_ready_seconds": sample.oldest_ready_seconds,
             "released_per_minute": None if released_rate is None else round(released_rate, 3),
             "net_drain_per_minute": None if rate is None else round(rate, 3),
@@ -206,6 +215,9 @@ class Command(BaseCommand):
                 "released_rate": format_throughput(row["released_per_minute"]),
                 "net_drain": format_rate(row["net_drain_per_minute"]),
             }
+            if row["estimated"]:
+                for key in ESTIMATED:
+                    shown[key] = "~" + shown[key]
             cells.append([shown[key] for key, _ in COLUMNS])
         widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
         lines = []
