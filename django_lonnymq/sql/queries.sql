@@ -307,8 +307,7 @@ SELECT lonnymq_workflow_ack_v2(%(ids)s::bigint[], %(tokens)s::uuid[], %(outputs)
 -- What a worker gives a step's handler: its name, and its parents' outputs by name.
 SELECT s.id, s.name,
        coalesce((SELECT pg_catalog.jsonb_object_agg(p.name, coalesce(p.output, 'null'::jsonb))
-                   FROM lonnymq_workflow_edge e JOIN lonnymq_workflow_step p ON p.id = e.parent_id
-                  WHERE e.child_id = s.id), '{}'::jsonb)
+                   FROM lonnymq_workflow_step p WHERE p.id = ANY (s.parents)), '{}'::jsonb)
   FROM lonnymq_workflow_step s WHERE s.id = ANY (%(ids)s::bigint[])
 
 -- name: workflow_cancel
@@ -330,8 +329,7 @@ SELECT s.id, s.name, s.queue, s.channel,
        CASE WHEN s.state = 'queued' AND m.id IS NULL THEN 'cancelled'
             WHEN s.state = 'queued' AND m.lease_until IS NOT NULL THEN 'running' ELSE s.state END,
        s.output, s.created_at, s.released_at, s.finished_at, m.attempts,
-       coalesce((SELECT pg_catalog.array_agg(e.parent_id ORDER BY e.parent_id)
-                   FROM lonnymq_workflow_edge e WHERE e.child_id = s.id), ARRAY[]::bigint[])
+       s.parents
   FROM lonnymq_workflow_step s LEFT JOIN lonnymq_message m ON m.id = s.id
  WHERE s.workflow_id = %(id)s::bigint
  ORDER BY s.id
