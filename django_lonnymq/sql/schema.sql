@@ -4495,6 +4495,21 @@ BEGIN
 END
 $$;
 
+-- What a worker gives a dequeued step's handler: its name, and its parents' outputs by name.
+-- VOLATILE, so that called after a dequeue in the same statement it reads with a snapshot of
+-- its own, taken after the dequeue's: it sees the ack that released the step (and wrote its
+-- last parent's output) even when that ack committed while the statement ran.
+CREATE FUNCTION lonnymq_workflow_inputs_v1(p_ids bigint[])
+RETURNS TABLE (id bigint, name text, outputs jsonb)
+LANGUAGE sql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+    SELECT s.id, s.name,
+           coalesce((SELECT pg_catalog.jsonb_object_agg(p.name, coalesce(p.output, 'null'::jsonb))
+                       FROM lonnymq_workflow_step p WHERE p.id = ANY (s.parents)), '{}'::jsonb)
+      FROM lonnymq_workflow_step s WHERE s.id = ANY (p_ids)
+$$;
+
 -- A step's message went to the dead-letter table (attempts spent, discarded, timed out,
 -- cancelled, lease expired): the step is dead and its workflow fails (its descendants wait
 -- for good); the first failure enqueues the workflow's on_failure message. Under a cancelled

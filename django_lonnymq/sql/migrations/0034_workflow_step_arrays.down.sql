@@ -1,6 +1,7 @@
 -- django-lonnymq 0034, reversed (after the reverse has reinstalled lonnymq_workflow_start_v1,
 -- lonnymq_workflow_ack_v2 and lonnymq_workflow_check_v1 as the migrations before left them):
--- the edge table again, filled from the steps' parents, and the steps without their arrays.
+-- the inputs function dropped, the edge table again, filled from the steps' parents, and the steps without their arrays.
+DROP FUNCTION IF EXISTS lonnymq_workflow_inputs_v1(bigint[]);
 DROP VIEW lonnymq_workflow_edge;
 CREATE TABLE lonnymq_workflow_edge (
     parent_id  bigint NOT NULL REFERENCES lonnymq_workflow_step (id) ON DELETE CASCADE,

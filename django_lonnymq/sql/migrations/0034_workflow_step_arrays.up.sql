@@ -11,6 +11,8 @@
 -- - lonnymq_workflow_start_v1, lonnymq_workflow_ack_v2, lonnymq_workflow_check_v1 (same
 --   names, arguments and results): read and write the arrays. The start checks each queue
 --   and channel once instead of once per step.
+-- - lonnymq_workflow_inputs_v1 (new): a step's name and its parents' outputs, which the
+--   workers' dequeue statement now returns with each step (one statement less per batch).
 SELECT pg_catalog.set_config('search_path',
                              pg_catalog.quote_ident(pg_catalog.current_schema()) || ', pg_temp', true);
 
@@ -206,6 +208,21 @@ BEGIN
      WHERE w.id = d.workflow_id;
     RETURN v_acked;
 END
+$$;
+
+-- What a worker gives a dequeued step's handler: its name, and its parents' outputs by name.
+-- VOLATILE, so that called after a dequeue in the same statement it reads with a snapshot of
+-- its own, taken after the dequeue's: it sees the ack that released the step (and wrote its
+-- last parent's output) even when that ack committed while the statement ran.
+CREATE FUNCTION lonnymq_workflow_inputs_v1(p_ids bigint[])
+RETURNS TABLE (id bigint, name text, outputs jsonb)
+LANGUAGE sql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+    SELECT s.id, s.name,
+           coalesce((SELECT pg_catalog.jsonb_object_agg(p.name, coalesce(p.output, 'null'::jsonb))
+                       FROM lonnymq_workflow_step p WHERE p.id = ANY (s.parents)), '{}'::jsonb)
+      FROM lonnymq_workflow_step s WHERE s.id = ANY (p_ids)
 $$;
 
 -- The workflow invariants api.check() adds: a waiting step whose parents have all succeeded
