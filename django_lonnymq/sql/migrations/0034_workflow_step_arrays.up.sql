@@ -194,7 +194,9 @@ BEGIN
           FROM counted c JOIN lonnymq_workflow_step s ON s.id = c.child_id
           JOIN lonnymq_workflow w ON w.id = s.workflow_id
          WHERE s.state = 'waiting' AND s.pending = c.n AND w.state <> 'cancelled';
-        PERFORM lonnymq_workflow_release_v2(v_ready, p_tolerance_ms);
+        IF v_ready IS NOT NULL THEN
+            PERFORM lonnymq_workflow_release_v2(v_ready, p_tolerance_ms);
+        END IF;
     END IF;
     IF v_nflows > 1 THEN
         PERFORM 1 FROM lonnymq_workflow w WHERE w.id = ANY (v_flows) ORDER BY w.id FOR NO KEY UPDATE;
