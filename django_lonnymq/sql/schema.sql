@@ -4503,13 +4503,20 @@ $$;
 -- last parent's output) even when that ack committed while the statement ran.
 CREATE FUNCTION lonnymq_workflow_inputs_v1(p_ids bigint[])
 RETURNS TABLE (id bigint, name text, outputs jsonb)
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 SET search_path FROM CURRENT
 AS $$
+BEGIN
+    -- A batch without steps (NULL): nothing to read (plpgsql: its plan is kept per session).
+    IF p_ids IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
     SELECT s.id, s.name,
            coalesce((SELECT pg_catalog.jsonb_object_agg(p.name, coalesce(p.output, 'null'::jsonb))
                        FROM lonnymq_workflow_step p WHERE p.id = ANY (s.parents)), '{}'::jsonb)
-      FROM lonnymq_workflow_step s WHERE s.id = ANY (p_ids)
+      FROM lonnymq_workflow_step s WHERE s.id = ANY (p_ids);
+END
 $$;
 
 -- A step's message went to the dead-letter table (attempts spent, discarded, timed out,
