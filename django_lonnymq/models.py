@@ -888,6 +888,10 @@ class WorkflowStepRecord(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     released_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    parents = ArrayField(models.BigIntegerField(), default=list, blank=True)  # ids of its parents, increasing
+    children = ArrayField(
+        models.BigIntegerField(), default=list, blank=True
+    )  # ids of its children, increasing
 
     class Meta:
         db_table = "lonnymq_workflow_step"
@@ -899,14 +903,16 @@ class WorkflowStepRecord(models.Model):
 
 
 class WorkflowEdgeRecord(models.Model):
-    """An edge of a workflow's DAG: ``child`` waits for ``parent`` (parent id < child id)."""
+    """An edge of a workflow's DAG: ``child`` waits for ``parent`` (parent id < child id).
+
+    Read-only: a view of the steps' ``parents`` (its rows go with their steps')."""
 
     pk = models.CompositePrimaryKey("parent_id", "child_id")
     parent = models.ForeignKey(
-        WorkflowStepRecord, on_delete=models.CASCADE, related_name="child_edges", db_constraint=False
+        WorkflowStepRecord, on_delete=models.DO_NOTHING, related_name="child_edges", db_constraint=False
     )
     child = models.ForeignKey(
-        WorkflowStepRecord, on_delete=models.CASCADE, related_name="parent_edges", db_constraint=False
+        WorkflowStepRecord, on_delete=models.DO_NOTHING, related_name="parent_edges", db_constraint=False
     )
 
     class Meta:

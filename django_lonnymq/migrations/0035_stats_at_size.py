@@ -13,7 +13,7 @@ from django_lonnymq import sql
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_lonnymq", "0033_apply_marks_in_steps"),
+        ("django_lonnymq", "0034_workflow_step_arrays"),
     ]
 
     operations = [

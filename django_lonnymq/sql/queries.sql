@@ -63,10 +63,24 @@ SELECT m.ids FROM m
 -- Every argument is passed, the last (p_recheck_ms) at its default value: left to its
 -- default, PostgreSQL could not choose between this function and a look-alike whose
 -- arguments match the five passed (AmbiguousFunction, and every worker stops).
-SELECT id, channel, payload, attempts, max_attempts, priority, dedup_key, enqueued_at,
-       lease_token, lease_until
-  FROM lonnymq_dequeue_v1(%(queue)s::text, %(batch_size)s::integer, %(lease_ms)s::bigint, %(worker)s::text,
-                          %(tolerance_ms)s::bigint, 100::bigint)
+-- The workflow steps among the messages come with their name and parents' outputs (NULL for
+-- other messages), read after the dequeue (lonnymq_workflow_inputs_v1 takes its own
+-- snapshot); the rows keep the dequeue's order. A batch without steps never calls it (the
+-- filter on the ids comes first): the join costs it about 0.08 ms on a 3 ms dequeue of 50.
+WITH d AS MATERIALIZED (
+    SELECT d.id, d.channel, d.payload, d.attempts, d.max_attempts, d.priority, d.dedup_key, d.enqueued_at,
+           d.lease_token, d.lease_until, d.ordinality
+      FROM lonnymq_dequeue_v1(%(queue)s::text, %(batch_size)s::integer, %(lease_ms)s::bigint, %(worker)s::text,
+                              %(tolerance_ms)s::bigint, 100::bigint) WITH ORDINALITY AS d
+)
+SELECT d.id, d.channel, d.payload, d.attempts, d.max_attempts, d.priority, d.dedup_key, d.enqueued_at,
+       d.lease_token, d.lease_until, i.name, i.outputs
+  FROM d LEFT JOIN (SELECT f.id, f.name, f.outputs
+                      FROM (SELECT pg_catalog.array_agg(x.id) AS ids FROM d x
+                             WHERE pg_catalog.starts_with(x.dedup_key, 'lonnymq.step:')) s
+                     CROSS JOIN LATERAL lonnymq_workflow_inputs_v1(s.ids) f
+                     WHERE s.ids IS NOT NULL) i ON i.id = d.id
+ ORDER BY d.ordinality
 
 -- name: next_due
 SELECT lonnymq_next_due_v1(%(queues)s::text[]) - lonnymq_now_ms_v1()
@@ -306,11 +320,7 @@ SELECT lonnymq_workflow_ack_v2(%(ids)s::bigint[], %(tokens)s::uuid[], %(outputs)
 
 -- name: workflow_inputs
 -- What a worker gives a step's handler: its name, and its parents' outputs by name.
-SELECT s.id, s.name,
-       coalesce((SELECT pg_catalog.jsonb_object_agg(p.name, coalesce(p.output, 'null'::jsonb))
-                   FROM lonnymq_workflow_edge e JOIN lonnymq_workflow_step p ON p.id = e.parent_id
-                  WHERE e.child_id = s.id), '{}'::jsonb)
-  FROM lonnymq_workflow_step s WHERE s.id = ANY (%(ids)s::bigint[])
+SELECT i.id, i.name, i.outputs FROM lonnymq_workflow_inputs_v1(%(ids)s::bigint[]) i
 
 -- name: workflow_cancel
 WITH marked AS MATERIALIZED (
@@ -331,8 +341,7 @@ SELECT s.id, s.name, s.queue, s.channel,
        CASE WHEN s.state = 'queued' AND m.id IS NULL THEN 'cancelled'
             WHEN s.state = 'queued' AND m.lease_until IS NOT NULL THEN 'running' ELSE s.state END,
        s.output, s.created_at, s.released_at, s.finished_at, m.attempts,
-       coalesce((SELECT pg_catalog.array_agg(e.parent_id ORDER BY e.parent_id)
-                   FROM lonnymq_workflow_edge e WHERE e.child_id = s.id), ARRAY[]::bigint[])
+       s.parents
   FROM lonnymq_workflow_step s LEFT JOIN lonnymq_message m ON m.id = s.id
  WHERE s.workflow_id = %(id)s::bigint
  ORDER BY s.id

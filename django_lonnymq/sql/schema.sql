@@ -4367,6 +4367,12 @@ CREATE TABLE lonnymq_workflow_step (
     created_at    timestamptz NOT NULL DEFAULT now(),
     released_at   timestamptz NULL,
     finished_at   timestamptz NULL,
+    -- The DAG's edges, kept on both ends: the ids of the step's parents (read for its inputs)
+    -- and of its children (read by its ack), each in increasing order. A start writes one row
+    -- per step and nothing else (an edge table's rows and their foreign-key checks were most
+    -- of a fan-out's start).
+    parents       bigint[]    NOT NULL DEFAULT '{}',
+    children      bigint[]    NOT NULL DEFAULT '{}',
     CONSTRAINT lonnymq_workflow_step_name_unique UNIQUE (workflow_id, name),
     CONSTRAINT lonnymq_workflow_step_name_length CHECK (char_length(name) BETWEEN 1 AND 200),
     CONSTRAINT lonnymq_workflow_step_state_known
@@ -4377,18 +4383,18 @@ CREATE TABLE lonnymq_workflow_step (
     CONSTRAINT lonnymq_workflow_step_released_when_ready CHECK (releases = 0 OR pending = 0),
     CONSTRAINT lonnymq_workflow_step_delay_range CHECK (delay_ms BETWEEN 0 AND 3155760000000),
     CONSTRAINT lonnymq_workflow_step_max_attempts_range CHECK (max_attempts BETWEEN 1 AND 1000),
-    CONSTRAINT lonnymq_workflow_step_output_size CHECK (pg_column_size(output) <= 8388608)
+    CONSTRAINT lonnymq_workflow_step_output_size CHECK (pg_column_size(output) <= 8388608),
+    -- Every edge goes from a smaller id to a larger: no cycle can be stored.
+    CONSTRAINT lonnymq_workflow_step_parents_before CHECK (id > ALL (parents)),
+    CONSTRAINT lonnymq_workflow_step_children_after CHECK (id < ALL (children))
 ) WITH (fillfactor = 50);
 CREATE INDEX lonnymq_workflow_step_workflow_idx ON lonnymq_workflow_step (workflow_id, id);
 
--- The DAG's edges. parent_id < child_id: no cycle can be stored.
-CREATE TABLE lonnymq_workflow_edge (
-    parent_id  bigint NOT NULL REFERENCES lonnymq_workflow_step (id) ON DELETE CASCADE,
-    child_id   bigint NOT NULL REFERENCES lonnymq_workflow_step (id) ON DELETE CASCADE,
-    PRIMARY KEY (parent_id, child_id),
-    CONSTRAINT lonnymq_workflow_edge_acyclic CHECK (parent_id < child_id)
-);
-CREATE INDEX lonnymq_workflow_edge_child_idx ON lonnymq_workflow_edge (child_id);
+-- The DAG's edges, one row per edge, read from the steps' parents (for reading and for the
+-- Django model WorkflowEdgeRecord; nothing writes it).
+CREATE VIEW lonnymq_workflow_edge AS
+SELECT e.parent_id, s.id AS child_id
+  FROM lonnymq_workflow_step s CROSS JOIN LATERAL pg_catalog.unnest(s.parents) AS e(parent_id);
 
 -- Put steps (locked by the caller, ready: pending = 0) into the message table, as an
 -- enqueue would: channels created in name order, each channel's shared advisory lock, one
@@ -4432,8 +4438,9 @@ END
 $$;
 
 -- Start a workflow in the caller's transaction: the workflow row, its steps (given in a
--- topological order: every edge goes from a lower to a higher index), its edges, and the
--- messages of the steps without parents. Returns the workflow id.
+-- topological order: every edge goes from a lower to a higher index) with their edges as
+-- arrays of ids (each step's parents and children), and the messages of the steps without
+-- parents. One row per step: no edge rows, no foreign-key checks. Returns the workflow id.
 CREATE FUNCTION lonnymq_workflow_start_v1(
     p_name                     text,
     p_channel                  text,
@@ -4478,8 +4485,11 @@ BEGIN
         PERFORM lonnymq_raise_invalid_v1('after', 'must name an earlier step of the same workflow (no cycle)',
                                          pg_catalog.format('step %s after step %s', v_bad.c, v_bad.p));
     END LOOP;
+    -- Each queue and channel once, in the order of their first step (the first bad one named).
     FOR v_bad IN
-        SELECT u.q, u.ch FROM ROWS FROM (pg_catalog.unnest(p_queues), pg_catalog.unnest(p_channels)) AS u(q, ch)
+        SELECT u.q, u.ch
+          FROM ROWS FROM (pg_catalog.unnest(p_queues), pg_catalog.unnest(p_channels)) WITH ORDINALITY AS u(q, ch, i)
+         GROUP BY u.q, u.ch ORDER BY pg_catalog.min(u.i)
     LOOP
         PERFORM lonnymq_check_names_v1(v_bad.q, v_bad.ch);
     END LOOP;
@@ -4495,21 +4505,23 @@ BEGIN
     -- Ids in increasing order of the step index: every edge goes from a smaller id to a larger.
     SELECT pg_catalog.array_agg(x.id ORDER BY x.id) INTO v_ids
       FROM (SELECT pg_catalog.nextval('lonnymq_message_id_seq') AS id FROM pg_catalog.generate_series(1, v_n)) x;
+    WITH edges AS MATERIALIZED (
+        SELECT DISTINCT e.p, e.c
+          FROM ROWS FROM (pg_catalog.unnest(p_edge_parents), pg_catalog.unnest(p_edge_children)) AS e(p, c)
+    )
     INSERT INTO lonnymq_workflow_step (id, workflow_id, name, queue, channel, payload, delay_ms, max_attempts,
-                                       pending, state)
+                                       pending, state, parents, children)
     SELECT v_ids[u.i], v_id, u.name, u.queue, u.channel, u.payload, coalesce(u.delay_ms, 0), u.max_attempts,
-           coalesce(p.n, 0), 'waiting'
+           coalesce(pg_catalog.cardinality(p.ids), 0), 'waiting', coalesce(p.ids, ARRAY[]::bigint[]),
+           coalesce(c.ids, ARRAY[]::bigint[])
       FROM ROWS FROM (pg_catalog.unnest(p_names), pg_catalog.unnest(p_queues), pg_catalog.unnest(p_channels),
                       pg_catalog.unnest(p_payloads), pg_catalog.unnest(p_delays_ms), pg_catalog.unnest(p_max_attempts))
            WITH ORDINALITY AS u(name, queue, channel, payload, delay_ms, max_attempts, i)
-      LEFT JOIN (SELECT d.c, pg_catalog.count(*)::integer AS n
-                   FROM (SELECT DISTINCT e.p, e.c
-                           FROM ROWS FROM (pg_catalog.unnest(p_edge_parents), pg_catalog.unnest(p_edge_children)) AS e(p, c)) d
-                  GROUP BY d.c) p ON p.c = u.i
+      LEFT JOIN (SELECT d.c, pg_catalog.array_agg(v_ids[d.p] ORDER BY d.p) AS ids FROM edges d GROUP BY d.c) p
+             ON p.c = u.i
+      LEFT JOIN (SELECT d.p, pg_catalog.array_agg(v_ids[d.c] ORDER BY d.c) AS ids FROM edges d GROUP BY d.p) c
+             ON c.p = u.i
      ORDER BY u.i;
-    INSERT INTO lonnymq_workflow_edge (parent_id, child_id)
-    SELECT DISTINCT v_ids[e.p], v_ids[e.c]
-      FROM ROWS FROM (pg_catalog.unnest(p_edge_parents), pg_catalog.unnest(p_edge_children)) AS e(p, c);
     SELECT pg_catalog.array_agg(s.id ORDER BY s.id) INTO v_roots
       FROM lonnymq_workflow_step s WHERE s.workflow_id = v_id AND s.pending = 0;
     PERFORM lonnymq_workflow_release_v1(v_roots, p_tolerance_ms);
@@ -4587,10 +4599,10 @@ $$;
 -- run twice counts once. Rows are locked in one order: messages (the ack), then steps (the
 -- ones acked now, which no other ack can hold: each one's message was deleted by this ack;
 -- then their waiting children by id), then workflows by id. Every statement reaches its
--- rows through an index (the ids given, the edges' primary key), whatever the size of the
--- tables; a child is updated once, by the ack that lowers its count or releases it, and a
--- child shared by acks from other workers (a fan-in) is locked only after this ack's own
--- steps are written. Returns the ids acked.
+-- rows through an index (the ids given, the children's ids the acked steps' rows return),
+-- whatever the size of the tables; a child is updated once, by the ack that lowers its
+-- count or releases it, and a child shared by acks from other workers (a fan-in) is locked
+-- only after this ack's own steps are written. Returns the ids acked.
 CREATE FUNCTION lonnymq_workflow_ack_v2(p_ids bigint[], p_tokens uuid[], p_outputs jsonb[], p_tolerance_ms bigint)
 RETURNS bigint[]
 LANGUAGE plpgsql
@@ -4598,9 +4610,9 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_acked bigint[];
-    v_done  bigint[];
     v_flows bigint[];
     v_nflows integer;
+    v_kids  bigint[];
     v_ready bigint[];
 BEGIN
     IF coalesce(pg_catalog.cardinality(p_outputs), 0) <> coalesce(pg_catalog.cardinality(p_ids), 0) THEN
@@ -4611,40 +4623,45 @@ BEGIN
     IF pg_catalog.cardinality(v_acked) = 0 THEN
         RETURN v_acked;
     END IF;
+    -- The steps done now, their workflows, and their children (a child once per parent done).
     WITH done AS (
         UPDATE lonnymq_workflow_step s
            SET state = 'succeeded', output = p_outputs[pg_catalog.array_position(p_ids, s.id)],
                finished_at = pg_catalog.now()
          WHERE s.id = ANY (v_acked) AND s.state = 'queued'
-        RETURNING s.id, s.workflow_id
+        RETURNING s.workflow_id, s.children
     )
-    SELECT pg_catalog.array_agg(d.id ORDER BY d.id), pg_catalog.array_agg(d.workflow_id),
-           pg_catalog.count(DISTINCT d.workflow_id)::integer
-      INTO v_done, v_flows, v_nflows FROM done d;
-    IF v_done IS NULL THEN
+    SELECT pg_catalog.array_agg(d.workflow_id), pg_catalog.count(DISTINCT d.workflow_id)::integer,
+           (SELECT pg_catalog.array_agg(k.id ORDER BY k.id)
+              FROM done x CROSS JOIN LATERAL pg_catalog.unnest(x.children) AS k(id))
+      INTO v_flows, v_nflows, v_kids FROM done d;
+    IF v_flows IS NULL THEN
         RETURN v_acked;
     END IF;
-    PERFORM 1 FROM lonnymq_workflow_step s
-     WHERE s.id IN (SELECT e.child_id FROM lonnymq_workflow_edge e WHERE e.parent_id = ANY (v_done))
-       AND s.state = 'waiting'
-     ORDER BY s.id FOR UPDATE OF s;
-    -- The children whose last parents are done now: released in one update each. The others
-    -- have their count lowered.
-    WITH counted AS (
-        SELECT e.child_id, pg_catalog.count(*)::integer AS n
-          FROM lonnymq_workflow_edge e WHERE e.parent_id = ANY (v_done) GROUP BY e.child_id
-    ), lowered AS (
-        UPDATE lonnymq_workflow_step s SET pending = s.pending - c.n
-          FROM counted c, lonnymq_workflow w
-         WHERE s.id = c.child_id AND s.state = 'waiting' AND w.id = s.workflow_id
-           AND (s.pending <> c.n OR w.state = 'cancelled')
-        RETURNING s.id
-    )
-    SELECT pg_catalog.array_agg(s.id ORDER BY s.id) INTO v_ready
-      FROM counted c JOIN lonnymq_workflow_step s ON s.id = c.child_id
-      JOIN lonnymq_workflow w ON w.id = s.workflow_id
-     WHERE s.state = 'waiting' AND s.pending = c.n AND w.state <> 'cancelled';
-    PERFORM lonnymq_workflow_release_v2(v_ready, p_tolerance_ms);
+    IF v_kids IS NOT NULL THEN
+        PERFORM 1 FROM lonnymq_workflow_step s
+         WHERE s.id = ANY (v_kids) AND s.state = 'waiting'
+         ORDER BY s.id FOR UPDATE OF s;
+        -- The children whose last parents are done now: released in one update each. The
+        -- others have their count lowered.
+        WITH counted AS (
+            SELECT k.id AS child_id, pg_catalog.count(*)::integer AS n
+              FROM pg_catalog.unnest(v_kids) AS k(id) GROUP BY k.id
+        ), lowered AS (
+            UPDATE lonnymq_workflow_step s SET pending = s.pending - c.n
+              FROM counted c, lonnymq_workflow w
+             WHERE s.id = c.child_id AND s.state = 'waiting' AND w.id = s.workflow_id
+               AND (s.pending <> c.n OR w.state = 'cancelled')
+            RETURNING s.id
+        )
+        SELECT pg_catalog.array_agg(s.id ORDER BY s.id) INTO v_ready
+          FROM counted c JOIN lonnymq_workflow_step s ON s.id = c.child_id
+          JOIN lonnymq_workflow w ON w.id = s.workflow_id
+         WHERE s.state = 'waiting' AND s.pending = c.n AND w.state <> 'cancelled';
+        IF v_ready IS NOT NULL THEN
+            PERFORM lonnymq_workflow_release_v2(v_ready, p_tolerance_ms);
+        END IF;
+    END IF;
     IF v_nflows > 1 THEN
         PERFORM 1 FROM lonnymq_workflow w WHERE w.id = ANY (v_flows) ORDER BY w.id FOR NO KEY UPDATE;
     END IF;
@@ -4656,6 +4673,28 @@ BEGIN
               FROM pg_catalog.unnest(v_flows) AS f(workflow_id) GROUP BY f.workflow_id) d
      WHERE w.id = d.workflow_id;
     RETURN v_acked;
+END
+$$;
+
+-- What a worker gives a dequeued step's handler: its name, and its parents' outputs by name.
+-- VOLATILE, so that called after a dequeue in the same statement it reads with a snapshot of
+-- its own, taken after the dequeue's: it sees the ack that released the step (and wrote its
+-- last parent's output) even when that ack committed while the statement ran.
+CREATE FUNCTION lonnymq_workflow_inputs_v1(p_ids bigint[])
+RETURNS TABLE (id bigint, name text, outputs jsonb)
+LANGUAGE plpgsql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    -- A batch without steps (NULL): nothing to read (plpgsql: its plan is kept per session).
+    IF p_ids IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT s.id, s.name,
+           coalesce((SELECT pg_catalog.jsonb_object_agg(p.name, coalesce(p.output, 'null'::jsonb))
+                       FROM lonnymq_workflow_step p WHERE p.id = ANY (s.parents)), '{}'::jsonb)
+      FROM lonnymq_workflow_step s WHERE s.id = ANY (p_ids);
 END
 $$;
 
@@ -4819,14 +4858,13 @@ AS $$
            pg_catalog.format('step %s of workflow %s waits, but its parents have all succeeded', s.name, s.workflow_id)
       FROM lonnymq_workflow_step s JOIN lonnymq_workflow w ON w.id = s.workflow_id
      WHERE s.state = 'waiting' AND w.state <> 'cancelled'
-       AND NOT EXISTS (SELECT 1 FROM lonnymq_workflow_edge e JOIN lonnymq_workflow_step p ON p.id = e.parent_id
-                        WHERE e.child_id = s.id AND p.state <> 'succeeded')
+       AND NOT EXISTS (SELECT 1 FROM lonnymq_workflow_step p WHERE p.id = ANY (s.parents) AND p.state <> 'succeeded')
     UNION ALL
     SELECT s.workflow_id, s.id, s.queue, s.channel, 'workflow_step_released_early',
            pg_catalog.format('step %s of workflow %s was released, but its parent %s is %s', s.name, s.workflow_id,
                              p.name, p.state)
       FROM lonnymq_workflow_step s
-      JOIN lonnymq_workflow_edge e ON e.child_id = s.id
+      CROSS JOIN LATERAL pg_catalog.unnest(s.parents) AS e(parent_id)
       JOIN lonnymq_workflow_step p ON p.id = e.parent_id
      WHERE s.releases > 0 AND p.state <> 'succeeded'
 $$;

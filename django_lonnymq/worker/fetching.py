@@ -11,6 +11,7 @@ import json
 import logging
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from ..conf import settings
 from ..message import Message, is_step, workflow_of
@@ -95,10 +96,12 @@ class Fetcher:
                 self._retry_at.pop(queue_name, None)
             if not rows:
                 continue
-            messages = [message_from_row(queue_name, row, extend) for row in rows]
-            steps = [m for m in messages if m.dedup_key is not None and m.dedup_key.startswith("lonnymq.")]
-            if steps:
-                self._workflow_inputs(steps)
+            messages = []
+            for row in rows:
+                message = message_from_row(queue_name, row, extend)
+                if message.dedup_key is not None and message.dedup_key.startswith("lonnymq."):
+                    workflow_inputs(message, row[10], row[11])
+                messages.append(message)
             self.observers.fetched(messages)
             self.held.add(messages)
             self.stats.fetched += len(messages)
@@ -113,21 +116,6 @@ class Fetcher:
             self.leases.fetched()
             self._idle_backoff = 0.0
         return got
-
-    def _workflow_inputs(self, messages: list[Message]) -> None:
-        """Workflow steps among a batch (their dedup key says so): their workflow, name and
-        parents' outputs, in one statement (plain messages cost nothing)."""
-        steps = {}
-        for message in messages:
-            message.workflow_id = workflow_of(message.dedup_key)
-            if is_step(message.dedup_key):
-                steps[message.id] = message
-        if not steps:
-            return
-        for step_id, name, outputs in self.connection.run("workflow_inputs", {"ids": list(steps)}):
-            message = steps[step_id]
-            message.step_name = name
-            message.parent_outputs = json.loads(outputs) if isinstance(outputs, str) else dict(outputs)
 
     def _dequeue_failed(self, queue_name: str, exc: BaseException) -> None:
         """One queue's dequeue fails on a healthy connection: back that queue off alone."""
@@ -165,3 +153,13 @@ class Fetcher:
             self._idle_backoff = min(self._idle_backoff * 2, 0.1) if self._idle_backoff else 0.005
             return self._idle_backoff
         return min(max(due_ms / 1000, 0.001), self.poll_interval)
+
+
+def workflow_inputs(message: Message, step_name: str | None, outputs: Any) -> None:
+    """A workflow's message (its dedup key says so): its workflow, and for a step its name
+    and parents' outputs, which the dequeue statement returns with it (plain messages cost
+    nothing)."""
+    message.workflow_id = workflow_of(message.dedup_key)
+    if step_name is not None and is_step(message.dedup_key):
+        message.step_name = step_name
+        message.parent_outputs = json.loads(outputs) if isinstance(outputs, str) else dict(outputs)

@@ -67,7 +67,7 @@ def message_from_row(
         enqueued_at,
         token,
         lease_until,
-    ) = row
+    ) = row[:10]  # a workflow step's name and inputs follow (worker/fetching.py)
     return Message(
         id=msg_id,
         queue=queue,

@@ -189,7 +189,9 @@ def test_concurrent_duplicate_acks_release_a_fan_in_exactly_once_and_only_after_
     assert ack(main, leased[-1:]) == [leased[-1][0]]
     assert ack(main, leased[-1:]) == []  # a duplicate after the fact acks nothing
     [(merge_id, token)] = lease(main, "wf_merge")
-    assert main.execute("SELECT releases FROM lonnymq_workflow_step WHERE id = %s", [merge_id]).fetchone() == (1,)
+    assert main.execute(
+        "SELECT releases FROM lonnymq_workflow_step WHERE id = %s", [merge_id]
+    ).fetchone() == (1,)
     assert api.check() == []
     ack(main, [(merge_id, token)])
     info = api.workflow(workflow_id)
@@ -287,3 +289,62 @@ def test_outputs_sent_as_one_array_literal_come_back_unchanged(connect):
         {"a": 'x"y\\z', "b": "{},NULL"}, None, "NULL", [1, 2], " spaced "
     ]  # fmt: skip
     assert info.step("merge").state == "queued"
+
+
+def test_a_steps_edges_are_arrays_on_its_row_and_the_edge_view_lists_them(connect):
+    flow = Workflow("diamond")
+    top = flow.step("wf_root", {}, name="top")
+    left = flow.step("wf_part", {}, after=[top], name="left")
+    right = flow.step("wf_part", {}, after=[top], name="right")
+    flow.step("wf_merge", {}, after=[right, left], name="bottom")
+    workflow_id = flow.start()
+    conn = connect()
+    rows = conn.execute(
+        "SELECT name, id, parents, children, pending FROM lonnymq_workflow_step WHERE workflow_id = %s ORDER BY id",
+        [workflow_id],
+    ).fetchall()
+    ids = {name: step_id for name, step_id, *_ in rows}
+    arrays = {name: (parents, children, pending) for name, _, parents, children, pending in rows}
+    assert arrays == {
+        "top": ([], [ids["left"], ids["right"]], 0),
+        "left": ([ids["top"]], [ids["bottom"]], 1),
+        "right": ([ids["top"]], [ids["bottom"]], 1),
+        "bottom": ([ids["left"], ids["right"]], [], 2),
+    }
+    edges = conn.execute("SELECT parent_id, child_id FROM lonnymq_workflow_edge ORDER BY 1, 2").fetchall()
+    assert edges == sorted(
+        [(ids["top"], ids["left"]), (ids["top"], ids["right"]), (ids["left"], ids["bottom"]),
+         (ids["right"], ids["bottom"])]
+    )  # fmt: skip
+    # The table keeps the rule the edge table had: an edge goes from a smaller id to a larger.
+    with pytest.raises(psycopg.errors.CheckViolation):
+        conn.execute("UPDATE lonnymq_workflow_step SET parents = ARRAY[%s::bigint] WHERE id = %s",
+                     [ids["bottom"], ids["left"]])  # fmt: skip
+    with pytest.raises(psycopg.errors.CheckViolation):
+        conn.execute("UPDATE lonnymq_workflow_step SET children = ARRAY[%s::bigint] WHERE id = %s",
+                     [ids["top"], ids["left"]])  # fmt: skip
+
+
+def test_the_dequeue_gives_steps_their_name_and_parents_outputs_and_plain_messages_nulls(connect):
+    flow = Workflow("inputs")
+    top = flow.step("wf_root", {}, name="top")
+    flow.step("wf_part", {}, after=[top], name="one")
+    flow.step("wf_part", {}, after=[top], name="two")
+    flow.start()
+    api.enqueue("wf_part", {"x": 1}, channel="plain")
+    conn = connect()
+    ack(conn, lease(conn, "wf_root"), output='{"made": 7}')
+    params = {"queue": "wf_part", "batch_size": 10, "lease_ms": 60_000, "worker": "t", "tolerance_ms": 0}
+    rows = conn.execute(sql.query("dequeue"), params).fetchall()
+    found = {row[6] is not None and row[6].startswith("lonnymq.step:"): [] for row in rows}
+    for row in rows:
+        found[row[6] is not None and row[6].startswith("lonnymq.step:")].append((row[10], row[11]))
+    assert sorted(found[True]) == [("one", {"top": {"made": 7}}), ("two", {"top": {"made": 7}})]
+    assert found[False] == [(None, None)]
+    # The inputs are read with a snapshot of their own, after the dequeue's (VOLATILE).
+    assert (
+        conn.execute(
+            "SELECT provolatile FROM pg_proc WHERE proname = 'lonnymq_workflow_inputs_v1'"
+        ).fetchone()[0]
+        == "v"
+    )

@@ -15,11 +15,12 @@ from django.db.migrations.recorder import MigrationRecorder
 from django_lonnymq import sql
 
 CORE_TABLES = {"lonnymq_channel", "lonnymq_message", "lonnymq_dedup", "lonnymq_dead_message"}
-CREATE_TABLE = re.compile(r"CREATE TABLE (?:IF NOT EXISTS )?(\w+)", re.IGNORECASE)
+# Views too: information_schema.tables lists them (lonnymq_workflow_edge is one).
+CREATE_TABLE = re.compile(r"CREATE (?:TABLE|VIEW) (?:IF NOT EXISTS )?(\w+)", re.IGNORECASE)
 
 
 def expected_objects() -> tuple[set[str], set[str]]:
-    """Tables and functions the schema files define (what all migrations leave)."""
+    """Tables (and views) and functions the schema files define (what all migrations leave)."""
     text = sql.schema()
     return set(CREATE_TABLE.findall(text)), set(sql.functions(text))
 

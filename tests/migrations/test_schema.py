@@ -91,6 +91,8 @@ RELEASED = {
     "0032_workflow_ack_v2.up.sql": "23589a9d2a1a6a8317b512705fc7867ea38a491a95f159ffdd5c5cfb2680fb99",
     "0033_apply_marks_in_steps.down.sql": "71d73b7ad52d264d8a5ff288339753cb0337349370130f4898a02bfdd8f0052e",
     "0033_apply_marks_in_steps.up.sql": "52d567327f71f950f4cbabafad8c0739e1d08e229d1333043268811d2aa03c12",
+    "0034_workflow_step_arrays.up.sql": "4d29efa0aee2bde62f103e8a7f7b34428ca48f3f27d985f2cd37418c22e1cc3b",
+    "0034_workflow_step_arrays.down.sql": "b531092034e602384fb238e368ae28ce0c3c9e1ca866d7e95e4939401bb4bdf8",
     "0035_stats_at_size.down.sql": "39316e0c322b53ad9edcbc753092e006c33534ae10daa5af1d9498c5d93e062a",
     "0035_stats_at_size.up.sql": "c93958b0fe8d0ff1f683e9463af032ceb2c59c83b690b09bf171fce609d121c7",
 }
