@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import subprocess
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -118,13 +119,27 @@ def statio(conn: psycopg.Connection[Any]) -> dict[str, tuple[int, int]]:
 
 
 def timed_drain(
-    url: str, workers: int, slice_: int, warmup: int, sql_file: str | None = None, sampler: bool = True
+    url: str,
+    workers: int,
+    slice_: int,
+    warmup: int,
+    sql_file: str | None = None,
+    sampler: bool = True,
+    root: Path = core.ROOT,
 ) -> dict[str, Any]:
     """A drain of the restored database after the warm-up: its rate, and the blocks the
     database's sessions hit and read per message meanwhile (by relation). ``sql_file`` is
     run after the restore (the B of an A/B of the SQL); ``sampler`` false runs the workers
-    without the dashboard's samples."""
+    without the dashboard's samples; ``root``: another source tree, whose migrations are
+    applied after the restore and whose workers drain."""
     restore(url)
+    if root != core.ROOT:
+        subprocess.run(
+            [sys.executable, str(root / "manage.py"), "migrate", "-v", "0", "--skip-checks"],
+            cwd=root,
+            env=core.worker_env(url, root),
+            check=True,
+        )
     conn = core.connect(url)
     if sql_file:
         with conn.transaction():
@@ -144,7 +159,7 @@ def timed_drain(
     else:
         os.environ["LQ_BENCH_SAMPLE_INTERVAL"] = "off"
     try:
-        rate = scale.drain(url, conn, workers, slice_)
+        rate = scale.drain(url, conn, workers, slice_, root)
     finally:
         os.environ.pop("LQ_BENCH_SAMPLE_INTERVAL", None)
     time.sleep(1.5)  # the workers' backends flush their counters as they exit
@@ -425,6 +440,11 @@ def main(argv: list[str] | None = None) -> None:
         "--ab-sql", help="a SQL file run on the big database after each restore: drains of it as 'big+sql'"
     )
     parser.add_argument(
+        "--other-tree",
+        type=Path,
+        help="another checkout: drains of the big database migrated and drained by it",
+    )
+    parser.add_argument(
         "--no-sampler-column", action="store_true", help="no drains of the big database without samples"
     )
     args = parser.parse_args(argv)
@@ -444,16 +464,21 @@ def main(argv: list[str] | None = None) -> None:
     if not args.no_explain:
         explained(urls, heads, args)
     if args.drains:
-        variants = {"base": (urls["base"], None, True), "big": (urls["big"], None, True)}
+        here = core.ROOT
+        variants = {"base": (urls["base"], None, True, here), "big": (urls["big"], None, True, here)}
         if not args.no_sampler_column:
-            variants["big, no samples"] = (urls["big"], None, False)
+            variants["big, no samples"] = (urls["big"], None, False, here)
         if args.ab_sql:
-            variants["big+sql"] = (urls["big"], args.ab_sql, True)
+            variants["big+sql"] = (urls["big"], args.ab_sql, True, here)
+        if args.other_tree:
+            variants["big, other tree"] = (urls["big"], None, True, args.other_tree.resolve())
         runs: dict[str, list[dict[str, Any]]] = {h: [] for h in variants}
         loads = []
         for _ in range(args.drains):
-            for h, (url, sql_file, sampler) in variants.items():
-                runs[h].append(timed_drain(url, args.workers, args.drain, args.warmup, sql_file, sampler))
+            for h, (url, sql_file, sampler, root) in variants.items():
+                runs[h].append(
+                    timed_drain(url, args.workers, args.drain, args.warmup, sql_file, sampler, root)
+                )
                 loads.append(core.machine_facts().get("load"))
                 r = runs[h][-1]
                 core.log(

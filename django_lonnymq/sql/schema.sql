@@ -3669,13 +3669,10 @@ $$;
 -- Exact figures per queue (all queues when p_queues is NULL), as sample rows with id NULL.
 -- A paused channel's waiting messages count as paused only: never ready, never scheduled,
 -- and never the oldest ready (an operator who pauses a tenant is not alerted by its wait).
--- Cost: for every queue (p_queues NULL: the workers' samples, the dashboard) ready,
--- scheduled and paused are one pass over the waiting messages, grouped by channel (a
--- sequential scan of the heap at size, through a small ring of buffers); for named queues
--- they walk the ready index (channel_id, dequeue_at, id) channel by channel, which at
--- 3,000,000 messages over 100,000 channels visited 3,200,000 buffers in random heap order
--- (migration 0037). in_flight walks the lease index (messages in flight only); dead walks
--- the (queue, died_at) index.
+-- Cost: ready/scheduled/paused walk the ready index (channel_id, dequeue_at, id) once per
+-- channel, i.e. one index entry per waiting message of the queue (index-only when the
+-- visibility map allows); in_flight walks the lease index (messages in flight only); dead
+-- walks the (queue, died_at) index. No scan of the message table's heap by channel.
 -- released_total is the sum of the channel rows' counters, of lonnymq_release_count (a
 -- small table) and of the queue's pruned channels (lonnymq_queue_released), so it never falls
 -- when a channel is pruned; a queue whose channels were all pruned keeps its row.
@@ -3692,27 +3689,13 @@ AS $$
           LEFT JOIN (SELECT rc.channel_id, pg_catalog.sum(rc.released)::bigint AS n FROM lonnymq_release_count rc
                       GROUP BY rc.channel_id) r ON r.channel_id = c.id
          WHERE p_queues IS NULL OR c.queue = ANY (p_queues)
-    ), per_channel AS (
-        -- Every queue: one pass over the waiting messages, grouped by channel. Looked up
-        -- channel by channel (as below), 3,000,000 messages over 100,000 channels took
-        -- 6,000,000 buffer visits in random heap order (11.5 s), and evicted the drain's
-        -- pages from shared_buffers; a sequential scan reads the heap once through a
-        -- small ring of buffers.
-        SELECT m.channel_id,
-               pg_catalog.count(*) FILTER (WHERE m.dequeue_at <= now_ms.v) AS ready,
-               pg_catalog.count(*) FILTER (WHERE m.dequeue_at > now_ms.v) AS scheduled,
-               pg_catalog.min(m.dequeue_at) AS head
-          FROM lonnymq_message m CROSS JOIN now_ms
-         WHERE p_queues IS NULL AND m.lease_until IS NULL
-         GROUP BY m.channel_id
-    ), waiting_all AS (
-        SELECT ch.id, ch.queue, ch.paused, ch.released_total,
-               coalesce(w.ready, 0::bigint) AS ready, coalesce(w.scheduled, 0::bigint) AS scheduled, w.head
-          FROM ch LEFT JOIN per_channel w ON w.channel_id = ch.id
-         WHERE p_queues IS NULL
-    ), waiting_some AS (
-        -- A few queues: their channels' messages only, channel by channel.
-        SELECT ch.id, ch.queue, ch.paused, ch.released_total, w.ready, w.scheduled, w.head
+    ), waiting AS (
+        SELECT ch.queue, pg_catalog.count(*) AS channels, pg_catalog.count(*) FILTER (WHERE ch.paused) AS paused_channels,
+               pg_catalog.sum(w.ready) FILTER (WHERE NOT ch.paused) AS ready,
+               pg_catalog.sum(w.scheduled) FILTER (WHERE NOT ch.paused) AS scheduled,
+               pg_catalog.sum(w.ready + w.scheduled) FILTER (WHERE ch.paused) AS paused,
+               pg_catalog.min(w.head) FILTER (WHERE NOT ch.paused) AS head,
+               pg_catalog.sum(ch.released_total) AS released_total
           FROM ch CROSS JOIN now_ms
           CROSS JOIN LATERAL (
               SELECT pg_catalog.count(*) FILTER (WHERE m.dequeue_at <= now_ms.v) AS ready,
@@ -3721,16 +3704,7 @@ AS $$
                 FROM lonnymq_message m
                WHERE m.channel_id = ch.id AND m.lease_until IS NULL
           ) w
-         WHERE p_queues IS NOT NULL
-    ), waiting AS (
-        SELECT x.queue, pg_catalog.count(*) AS channels, pg_catalog.count(*) FILTER (WHERE x.paused) AS paused_channels,
-               pg_catalog.sum(x.ready) FILTER (WHERE NOT x.paused) AS ready,
-               pg_catalog.sum(x.scheduled) FILTER (WHERE NOT x.paused) AS scheduled,
-               pg_catalog.sum(x.ready + x.scheduled) FILTER (WHERE x.paused) AS paused,
-               pg_catalog.min(x.head) FILTER (WHERE NOT x.paused) AS head,
-               pg_catalog.sum(x.released_total) AS released_total
-          FROM (SELECT * FROM waiting_all UNION ALL SELECT * FROM waiting_some) x
-         GROUP BY x.queue
+         GROUP BY ch.queue
     ), flying AS (
         SELECT ch.queue, pg_catalog.count(*) AS n
           FROM lonnymq_message m JOIN ch ON ch.id = m.channel_id

@@ -91,7 +91,6 @@ RELEASED = {
     "0032_workflow_ack_v2.up.sql": "23589a9d2a1a6a8317b512705fc7867ea38a491a95f159ffdd5c5cfb2680fb99",
     "0033_apply_marks_in_steps.down.sql": "71d73b7ad52d264d8a5ff288339753cb0337349370130f4898a02bfdd8f0052e",
     "0033_apply_marks_in_steps.up.sql": "52d567327f71f950f4cbabafad8c0739e1d08e229d1333043268811d2aa03c12",
-    "0037_stats_one_pass.up.sql": "b1ed4d55ba071d477f7138b9dd9a571f7c5e642fac0f5a952c9c2de08dd5b7b5",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
