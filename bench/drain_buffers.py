@@ -14,11 +14,17 @@ the baseline ``--base`` (100,000 messages over 1,000 channels) and the big one `
    machine's load), split by the relation each plan node reads (a node's own blocks, its
    children's taken off) and by the statement of the function.
 3. ``--drains`` drains of ``--drain`` messages by ``--workers`` worker processes (as in
-   bench.scale), the two databases alternating: the median rate and its ratio.
+   bench.scale), each from the database's copy after the warm-up (and an ANALYZE of the
+   message table, as autovacuum would have run), the variants alternating: the small queue,
+   the big one, the big one without the dashboard's samples (``LQ_BENCH_SAMPLE_INTERVAL=off``),
+   with ``--ab-sql`` run after the restore, and migrated and drained by ``--other-tree`` (a
+   checkout of another branch). The median rate, its ratio to the small queue's, and the
+   blocks the database's sessions hit and read per message, by relation.
 
 ``--prewarm`` loads the big database's message heap, its ready index and the channel table
 into shared_buffers (pg_prewarm) before step 2. The figures answer issue 29's question:
-what a dequeue costs at 100,000 channels that it does not at 1,000.
+what a dequeue costs at 100,000 channels that it does not at 1,000 (docs/performance.md,
+"The drain at 3M, measured").
 """
 
 from __future__ import annotations
