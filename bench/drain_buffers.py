@@ -21,10 +21,8 @@ the baseline ``--base`` (100,000 messages over 1,000 channels) and the big one `
    checkout of another branch). The median rate, its ratio to the small queue's, and the
    blocks the database's sessions hit and read per message, by relation.
 
-``--prewarm`` loads the big database's message heap, its ready index and the channel table
-into shared_buffers (pg_prewarm) before step 2. The figures answer issue 29's question:
-what a dequeue costs at 100,000 channels that it does not at 1,000 (docs/performance.md,
-"The drain at 3M, measured").
+The figures answer issue 29's question: what a dequeue costs at 100,000 channels that it
+does not at 1,000 (docs/performance.md, "The drain at 3M, measured").
 """
 
 from __future__ import annotations
@@ -297,19 +295,10 @@ def top(plans: list[dict[str, Any]], needle: str) -> dict[str, float]:
     raise RuntimeError(f"no plan for {needle}")
 
 
-def measure(url: str, dequeues: int, warmup: int, prewarm: bool) -> dict[str, Any]:
+def measure(url: str, dequeues: int, warmup: int) -> dict[str, Any]:
     restore(url)
     conn = core.connect(url)
     warm_up(conn, warmup)
-    if prewarm:
-        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
-        for rel in (
-            "lonnymq_channel",
-            "lonnymq_channel_eligible_idx",
-            "lonnymq_message_ready_idx",
-            "lonnymq_message",
-        ):
-            conn.execute("SELECT pg_prewarm(%s::regclass)", [rel])
     conn.execute("CHECKPOINT")
     recorder = explain_on(conn)
     deq = defaultdict(float)
@@ -385,8 +374,8 @@ def table(
 
 
 def explained(urls: dict[str, str], heads: list[str], args: argparse.Namespace) -> None:
-    results = [measure(urls["base"], args.dequeues, args.warmup, False)]
-    results.append(measure(urls["big"], args.dequeues, args.warmup, args.prewarm))
+    results = [measure(urls["base"], args.dequeues, args.warmup)]
+    results.append(measure(urls["big"], args.dequeues, args.warmup))
     size = [sizes(urls[h]) for h in heads]
     print(f"load after the explained dequeues: {core.machine_facts().get('load')}")
     print(
@@ -440,7 +429,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--drains", type=int, default=3)
     parser.add_argument("--drain", type=int, default=20_000, help="messages a drain takes, timed")
     parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--prewarm", action="store_true", help="pg_prewarm the big database first")
     parser.add_argument("--no-explain", action="store_true", help="drains only")
     parser.add_argument(
         "--ab-sql", help="a SQL file run on the big database after each restore: drains of it as 'big+sql'"
