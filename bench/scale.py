@@ -136,10 +136,12 @@ def dequeues(conn, channels: int, least: int) -> dict[str, float]:
     }
 
 
-def drain(url: str, conn, workers: int, slice_: int) -> float:
+def drain(url: str, conn, workers: int, slice_: int, root=core.ROOT) -> float:
+    """``root``: the source tree the workers run (bench.drain_buffers runs another branch's)."""
     conn.execute("SELECT lonnymq_pause_queue_v1(%s, true)", [QUEUE])
     procs = [
-        core.start_worker(url, QUEUE, "--concurrency", "1", "--batch-size", "100") for _ in range(workers)
+        core.start_worker(url, QUEUE, "--concurrency", "1", "--batch-size", "100", root=root)
+        for _ in range(workers)
     ]
     try:
         for proc in procs:

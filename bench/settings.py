@@ -30,6 +30,12 @@ if os.environ.get("LQ_BENCH_VACUUM_THRESHOLD"):
     _threshold = os.environ["LQ_BENCH_VACUUM_THRESHOLD"]
     LONNYMQ_VACUUM_THRESHOLD = None if _threshold == "off" else int(_threshold)
 
+# The workers' dashboard samples: LQ_BENCH_SAMPLE_INTERVAL=off measures a drain without
+# them (bench.drain_buffers).
+if os.environ.get("LQ_BENCH_SAMPLE_INTERVAL"):
+    _sample = os.environ["LQ_BENCH_SAMPLE_INTERVAL"]
+    LONNYMQ_SAMPLE_INTERVAL = None if _sample == "off" else float(_sample)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
