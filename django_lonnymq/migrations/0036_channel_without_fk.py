@@ -4,7 +4,7 @@ it. Every function that writes a new message holds its channel row itself
 (``lonnymq_hold_channels_v1``: the key's check and lock), prune and ``delete_channel`` test
 emptiness through the ready and lease indexes, and ``lonnymq_check_v2`` reports orphaned
 messages. From sql/migrations/0036_channel_without_fk.{up,down}.sql. The reverse reinstalls
-the eleven functions as the migrations before left them, then puts the key and its index back.
+the twelve functions as the migrations before left them, then puts the key and its index back.
 """
 
 import django.db.models.deletion
@@ -26,6 +26,7 @@ REPLACED = (
     "lonnymq_enqueue_many_v2",
     "lonnymq_enqueue_task_keyed_v1",
     "lonnymq_requeue_dead_v1",
+    "lonnymq_purge_channel_v1",
     "lonnymq_workflow_release_v1",
     "lonnymq_workflow_release_v2",
     "lonnymq_delete_channel_v1",

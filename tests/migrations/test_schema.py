@@ -91,8 +91,8 @@ RELEASED = {
     "0032_workflow_ack_v2.up.sql": "23589a9d2a1a6a8317b512705fc7867ea38a491a95f159ffdd5c5cfb2680fb99",
     "0033_apply_marks_in_steps.down.sql": "71d73b7ad52d264d8a5ff288339753cb0337349370130f4898a02bfdd8f0052e",
     "0033_apply_marks_in_steps.up.sql": "52d567327f71f950f4cbabafad8c0739e1d08e229d1333043268811d2aa03c12",
-    "0036_channel_without_fk.down.sql": "94dd92599245955b9d37d330147db00cf4f0efd2417534b140cc5000c179403b",
-    "0036_channel_without_fk.up.sql": "857612a9299a638241b08a2f3315d7e94ac7364a06507b7aee56417645ee64a2",
+    "0036_channel_without_fk.down.sql": "057d44b640037f3adbb088caa0317f596ff8ac09aae8ac7934afac714c4037bb",
+    "0036_channel_without_fk.up.sql": "e02ae346a025a545ccf2337b988bf7fbc57e9df557aa980dfb8c61c812eae1dc",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

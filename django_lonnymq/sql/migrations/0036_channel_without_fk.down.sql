@@ -1,4 +1,4 @@
--- django-lonnymq 0036, reversed (after the reverse has reinstalled the eleven functions as
+-- django-lonnymq 0036, reversed (after the reverse has reinstalled the twelve functions as
 -- the migrations before left them): the foreign key and its index come back, the hold goes.
 -- Adding the key fails if a message's channel is missing (lonnymq_check_v2 names them).
 DROP FUNCTION IF EXISTS lonnymq_hold_channels_v1(bigint[]);

@@ -19,6 +19,8 @@
 --   under an isolation level other than READ COMMITTED they raise LQ006 (their second look
 --   needs a fresh snapshot; the foreign key used to catch that case).
 -- - lonnymq_check_v2 (same contract): reports 'orphaned' messages, whose channel is missing.
+-- - lonnymq_purge_channel_v1 (same contract): reads the channel's waiting messages along the
+--   ready index (it had used the dropped index since 0028).
 SELECT pg_catalog.set_config('search_path',
                              pg_catalog.quote_ident(pg_catalog.current_schema()) || ', pg_temp', true);
 
@@ -884,6 +886,28 @@ BEGIN
         v_ids := v_ids OPERATOR(pg_catalog.||) v_row.id;
     END LOOP;
     RETURN v_ids;
+END
+$$;
+-- Delete every message of a channel that is not in flight (and free their dedup keys).
+-- Returns how many. Reads them along the ready index (lease_until IS NULL, which a CHECK
+-- makes the same as lease_token IS NULL; the planner needs the index's own predicate).
+CREATE OR REPLACE FUNCTION lonnymq_purge_channel_v1(p_channel_id bigint) RETURNS integer
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_n integer;
+BEGIN
+    WITH gone AS (
+        DELETE FROM lonnymq_message m
+         WHERE m.channel_id = p_channel_id AND m.lease_until IS NULL AND m.lease_token IS NULL
+        RETURNING m.id, m.dedup_key
+    ), freed AS (
+        DELETE FROM lonnymq_dedup d USING gone g
+         WHERE d.channel_id = p_channel_id AND d.dedup_key = g.dedup_key AND d.message_id = g.id
+    )
+    SELECT pg_catalog.count(*) INTO v_n FROM gone;
+    RETURN v_n;
 END
 $$;
 -- Put steps (locked by the caller, ready: pending = 0) into the message table, as an
