@@ -829,8 +829,10 @@ $$;
 -- the shared lock was granted only after the delete's exclusive one ended; under REPEATABLE
 -- READ the row lock itself fails (40001). The error is SQLSTATE 23503 naming
 -- lonnymq_message_channel_id_fkey, what the foreign key (dropped in 0036) raised: Python maps
--- it to ChannelGone. The foreign key's own check and lock, in the one place every producer
--- passes, without the index of every message by channel that its other side needed.
+-- it to ChannelGone. The foreign key's own check and lock, without the index of every
+-- message by channel that its other side needed. The single enqueues (lonnymq_enqueue_v1,
+-- lonnymq_enqueue_v2, lonnymq_enqueue_task_keyed_v1) write its lock out and call it only
+-- when the row is missing, to raise the error.
 CREATE FUNCTION lonnymq_hold_channels_v1(p_ids bigint[]) RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -887,8 +889,12 @@ BEGIN
 
     -- "An enqueue into this channel is in flight": dequeuers will not park it meanwhile.
     PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_channel_id));
-    -- No prune or delete_channel deletes its row until this transaction ends.
-    PERFORM lonnymq_hold_channels_v1(ARRAY[v_channel_id]);
+    -- No prune or delete_channel deletes its row until this transaction ends: the hold of
+    -- lonnymq_hold_channels_v1, written out (a call per enqueue costs more than the lock).
+    PERFORM 1 FROM lonnymq_channel c WHERE c.id = v_channel_id FOR KEY SHARE;
+    IF NOT FOUND THEN
+        PERFORM lonnymq_hold_channels_v1(ARRAY[v_channel_id]);  -- gone: raises ChannelGone
+    END IF;
 
     IF p_dedup_key IS NOT NULL THEN
         INSERT INTO lonnymq_dedup (channel_id, dedup_key, message_id)
@@ -1056,8 +1062,12 @@ BEGIN
 
     -- "An enqueue into this channel is in flight": dequeuers will not park it meanwhile.
     PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_channel_id));
-    -- No prune or delete_channel deletes its row until this transaction ends.
-    PERFORM lonnymq_hold_channels_v1(ARRAY[v_channel_id]);
+    -- No prune or delete_channel deletes its row until this transaction ends: the hold of
+    -- lonnymq_hold_channels_v1, written out (a call per enqueue costs more than the lock).
+    PERFORM 1 FROM lonnymq_channel c WHERE c.id = v_channel_id FOR KEY SHARE;
+    IF NOT FOUND THEN
+        PERFORM lonnymq_hold_channels_v1(ARRAY[v_channel_id]);  -- gone: raises ChannelGone
+    END IF;
 
     IF p_dedup_key IS NULL THEN
         v_id := pg_catalog.nextval('lonnymq_message_id_seq');
@@ -1505,8 +1515,12 @@ BEGIN
 
     -- "An enqueue into this channel is in flight": dequeuers will not park it meanwhile.
     PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_channel_id));
-    -- No prune or delete_channel deletes its row until this transaction ends.
-    PERFORM lonnymq_hold_channels_v1(ARRAY[v_channel_id]);
+    -- No prune or delete_channel deletes its row until this transaction ends: the hold of
+    -- lonnymq_hold_channels_v1, written out (a call per enqueue costs more than the lock).
+    PERFORM 1 FROM lonnymq_channel c WHERE c.id = v_channel_id FOR KEY SHARE;
+    IF NOT FOUND THEN
+        PERFORM lonnymq_hold_channels_v1(ARRAY[v_channel_id]);  -- gone: raises ChannelGone
+    END IF;
     v_new_id := pg_catalog.nextval('lonnymq_message_id_seq');
 
     IF p_on_duplicate <> 'skip' THEN

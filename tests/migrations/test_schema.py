@@ -92,7 +92,7 @@ RELEASED = {
     "0033_apply_marks_in_steps.down.sql": "71d73b7ad52d264d8a5ff288339753cb0337349370130f4898a02bfdd8f0052e",
     "0033_apply_marks_in_steps.up.sql": "52d567327f71f950f4cbabafad8c0739e1d08e229d1333043268811d2aa03c12",
     "0036_channel_without_fk.down.sql": "057d44b640037f3adbb088caa0317f596ff8ac09aae8ac7934afac714c4037bb",
-    "0036_channel_without_fk.up.sql": "e02ae346a025a545ccf2337b988bf7fbc57e9df557aa980dfb8c61c812eae1dc",
+    "0036_channel_without_fk.up.sql": "7676773deb6a2015c27c0f177e0c287d7c9a3eeb8fa78c16801c86cbb3676419",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
