@@ -12,6 +12,9 @@ the same work runs on each:
 
 Each figure is the median of the rounds' time per operation; the ratio is live / base of the
 same round, median over rounds (1.00 = no change). Statements are prepared, as a worker's are.
+``--cpu`` reports the server backend's CPU time per operation instead of the wall-clock time
+(its utime + stime from /proc, so only with the server on this machine): on a shared machine
+the wall clock moves with everyone's load, the backend's own CPU time much less.
 Databases: ``--database-url`` with ``_base`` / ``_live`` appended to its name (dropped and
 created again).
 """
@@ -19,6 +22,7 @@ created again).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -102,8 +106,25 @@ def drain(conn: psycopg.Connection[Any], total: int) -> float:
     return (time.perf_counter() - start) / max(calls, 1)
 
 
+def backend_cpu(conn: psycopg.Connection[Any]) -> Callable[[], float]:
+    """Seconds of CPU the connection's server backend has used so far (utime + stime)."""
+    pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def used() -> float:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    return used
+
+
 def one_round(url: str, args: argparse.Namespace) -> dict[str, float]:
     with core.connect(url) as conn:
+        if args.cpu:
+            # The functions below time themselves with the wall clock; the same work timed on
+            # the backend's CPU clock instead: their result scaled by CPU / wall.
+            return cpu_round(conn, args)
         conn.execute(
             "TRUNCATE lonnymq_message, lonnymq_dedup, lonnymq_dead_message, lonnymq_channel, lonnymq_wake"
         )
@@ -119,6 +140,31 @@ def one_round(url: str, args: argparse.Namespace) -> dict[str, float]:
     return figures
 
 
+def cpu_round(conn: psycopg.Connection[Any], args: argparse.Namespace) -> dict[str, float]:
+    used = backend_cpu(conn)
+    conn.execute(
+        "TRUNCATE lonnymq_message, lonnymq_dedup, lonnymq_dead_message, lonnymq_channel, lonnymq_wake"
+    )
+    figures = {}
+    start = used()
+    enqueue_singles(conn, args.singles)
+    figures["enqueue 1"] = (used() - start) / args.singles
+    start = used()
+    enqueue_batches(conn, args.batches)
+    figures["enqueue 100"] = (used() - start) / args.batches
+    conn.execute(
+        "TRUNCATE lonnymq_message, lonnymq_dedup, lonnymq_dead_message, lonnymq_channel, lonnymq_wake"
+    )
+    core.fill(conn, QUEUE, args.drain, [f"d{i}" for i in range(1000)])
+    calls, start = 0, used()
+    while rows := core.dequeue(conn, QUEUE, 100):
+        core.ack(conn, rows)
+        calls += 1
+    figures["dequeue+ack 100"] = (used() - start) / max(calls, 1)
+    conn.execute("VACUUM ANALYZE lonnymq_message, lonnymq_channel, lonnymq_wake")
+    return figures
+
+
 def main(argv: list[str] | None = None) -> None:
     names = migrations()
     parser = argparse.ArgumentParser(prog="python -m bench.sql_ab", description=__doc__.splitlines()[0])
@@ -128,6 +174,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--singles", type=int, default=2000)
     parser.add_argument("--batches", type=int, default=50)
     parser.add_argument("--drain", type=int, default=20_000)
+    parser.add_argument(
+        "--cpu", action="store_true", help="server backend CPU time per operation, not wall clock"
+    )
     args = parser.parse_args(argv)
 
     base_url, live_url = with_suffix(args.database_url, "base"), with_suffix(args.database_url, "live")
@@ -149,7 +198,8 @@ def main(argv: list[str] | None = None) -> None:
         core.log(f"round {number + 1}/{args.rounds} done")
 
     med: Callable[[list[float]], float] = statistics.median
-    print(f"SQL at {args.base} (base) vs live SQL at {names[-1]}; medians of {args.rounds} rounds")
+    clock = "server backend CPU time" if args.cpu else "wall-clock time"
+    print(f"SQL at {args.base} (base) vs live SQL at {names[-1]}; {clock}, medians of {args.rounds} rounds")
     print(f"machine: {core.machine_facts()}")
     print(f"{'operation':<18}{'base (us/op)':>14}{'live (us/op)':>14}{'live/base':>11}")
     for op in results["base"]:

@@ -495,10 +495,11 @@ def reap(*, limit: int = 500, using: str | None = None) -> int:
 
 @dataclass(frozen=True)
 class Problem:
-    """A broken scheduler invariant reported by :func:`check` (a queue-wide one has no channel)."""
+    """A broken scheduler invariant reported by :func:`check` (a queue-wide one has no channel;
+    an ``orphaned`` one, messages whose channel row is missing, has only the missing id)."""
 
     channel_id: int | None
-    queue: str
+    queue: str | None
     channel: str | None
     problem: str
     detail: str

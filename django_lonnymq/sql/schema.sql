@@ -163,7 +163,12 @@ CREATE SEQUENCE lonnymq_turn_seq;
 
 CREATE TABLE lonnymq_message (
     id            bigserial   PRIMARY KEY,
-    channel_id    bigint      NOT NULL REFERENCES lonnymq_channel (id),
+    -- Its channel's row (lonnymq_channel.id). No foreign key: its check on a channel's delete
+    -- needed an index of every message by channel, which every insert and every lease paid
+    -- for. Every function that writes a new message holds its channel against a delete
+    -- (lonnymq_hold_channels_v1, docs/locking.md "Pruning a channel"), the deletes re-test
+    -- emptiness themselves, and lonnymq_check_v2 reports a message whose channel is gone.
+    channel_id    bigint      NOT NULL,
     payload       jsonb       NOT NULL,
     dequeue_at    bigint      NOT NULL,
     priority      smallint    NOT NULL DEFAULT 0,
@@ -210,9 +215,8 @@ CREATE INDEX lonnymq_message_ready_idx ON lonnymq_message (channel_id, dequeue_a
 -- Messages in flight, by lease expiry: drives the reaper.
 CREATE INDEX lonnymq_message_lease_idx ON lonnymq_message (lease_until)
     WHERE lease_until IS NOT NULL;
--- Every message of a channel, whatever its state: the foreign key's check when a channel row
--- is deleted (pruned, or delete_channel) probes this instead of scanning the whole table.
-CREATE INDEX lonnymq_message_channel_idx ON lonnymq_message (channel_id);
+-- Every message is in one of the two: whether a channel holds any message is a probe of the
+-- ready index and a look along the lease index (what a prune and delete_channel test).
 
 -- Dedup keys outlive their messages for a window, so a re-run producer enqueues nothing twice.
 CREATE TABLE lonnymq_dedup (
@@ -817,6 +821,34 @@ $$;
 -- Enqueue
 -- ---------------------------------------------------------------------------------------
 
+-- A producer of new messages, once it holds its channels' shared advisory locks and before
+-- it inserts: lock the channel rows FOR KEY SHARE (in id order) until it ends, and fail if one
+-- is gone. p_ids are distinct channel ids. A prune or delete_channel (FOR UPDATE, then the
+-- exclusive advisory lock, tried) passes a held row by, and a channel deleted after the
+-- producer's lookup is found missing here: with a fresh snapshot under READ COMMITTED, since
+-- the shared lock was granted only after the delete's exclusive one ended; under REPEATABLE
+-- READ the row lock itself fails (40001). The error is SQLSTATE 23503 naming
+-- lonnymq_message_channel_id_fkey, what the foreign key (dropped in 0036) raised: Python maps
+-- it to ChannelGone. The foreign key's own check and lock, without the index of every
+-- message by channel that its other side needed. The single enqueues (lonnymq_enqueue_v1,
+-- lonnymq_enqueue_v2, lonnymq_enqueue_task_keyed_v1) write its lock out and call it only
+-- when the row is missing, to raise the error.
+CREATE FUNCTION lonnymq_hold_channels_v1(p_ids bigint[]) RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_held integer;
+BEGIN
+    SELECT pg_catalog.count(*)::integer INTO v_held
+      FROM (SELECT c.id FROM lonnymq_channel c WHERE c.id = ANY (p_ids) ORDER BY c.id FOR KEY SHARE OF c) h;
+    IF v_held < coalesce(pg_catalog.cardinality(p_ids), 0) THEN
+        RAISE EXCEPTION 'a channel was deleted (pruned as idle) after this enqueue looked it up; nothing was enqueued: retry the transaction'
+            USING ERRCODE = '23503', CONSTRAINT = 'lonnymq_message_channel_id_fkey';
+    END IF;
+END
+$$;
+
 CREATE FUNCTION lonnymq_enqueue_v1(
     p_queue             text,
     p_channel           text,
@@ -857,6 +889,12 @@ BEGIN
 
     -- "An enqueue into this channel is in flight": dequeuers will not park it meanwhile.
     PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_channel_id));
+    -- No prune or delete_channel deletes its row until this transaction ends: the hold of
+    -- lonnymq_hold_channels_v1, written out (a call per enqueue costs more than the lock).
+    PERFORM 1 FROM lonnymq_channel c WHERE c.id = v_channel_id FOR KEY SHARE;
+    IF NOT FOUND THEN
+        PERFORM lonnymq_hold_channels_v1(ARRAY[v_channel_id]);  -- gone: raises ChannelGone
+    END IF;
 
     IF p_dedup_key IS NOT NULL THEN
         INSERT INTO lonnymq_dedup (channel_id, dedup_key, message_id)
@@ -1024,6 +1062,12 @@ BEGIN
 
     -- "An enqueue into this channel is in flight": dequeuers will not park it meanwhile.
     PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_channel_id));
+    -- No prune or delete_channel deletes its row until this transaction ends: the hold of
+    -- lonnymq_hold_channels_v1, written out (a call per enqueue costs more than the lock).
+    PERFORM 1 FROM lonnymq_channel c WHERE c.id = v_channel_id FOR KEY SHARE;
+    IF NOT FOUND THEN
+        PERFORM lonnymq_hold_channels_v1(ARRAY[v_channel_id]);  -- gone: raises ChannelGone
+    END IF;
 
     IF p_dedup_key IS NULL THEN
         v_id := pg_catalog.nextval('lonnymq_message_id_seq');
@@ -1219,6 +1263,7 @@ BEGIN
     END IF;
     PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(f.id))
        FROM pg_catalog.unnest(v_channel_ids) AS f(id) ORDER BY f.id;
+    PERFORM lonnymq_hold_channels_v1(v_channel_ids);
 
     -- One statement: stage the rows in memory with their ids drawn in input order (the sorted
     -- subquery), so a batch keeps FIFO within a channel; claim the dedup keys in (channel,
@@ -1470,6 +1515,12 @@ BEGIN
 
     -- "An enqueue into this channel is in flight": dequeuers will not park it meanwhile.
     PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_channel_id));
+    -- No prune or delete_channel deletes its row until this transaction ends: the hold of
+    -- lonnymq_hold_channels_v1, written out (a call per enqueue costs more than the lock).
+    PERFORM 1 FROM lonnymq_channel c WHERE c.id = v_channel_id FOR KEY SHARE;
+    IF NOT FOUND THEN
+        PERFORM lonnymq_hold_channels_v1(ARRAY[v_channel_id]);  -- gone: raises ChannelGone
+    END IF;
     v_new_id := pg_catalog.nextval('lonnymq_message_id_seq');
 
     IF p_on_duplicate <> 'skip' THEN
@@ -2546,6 +2597,8 @@ BEGIN
     LOOP
         v_channel_id := lonnymq_channel_id_v1(v_row.queue, v_row.channel);
         PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_channel_id));
+        -- Held already, unless it was deleted after the lock above and created again since.
+        PERFORM lonnymq_hold_channels_v1(ARRAY[v_channel_id]);
         INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, attempts,
                                      max_attempts, dedup_key, enqueued_at, last_error, snoozes)
         VALUES (v_row.id, v_channel_id, v_row.payload, v_now, v_row.priority,
@@ -2654,7 +2707,8 @@ END
 $$;
 
 -- Delete every message of a channel that is not in flight (and free their dedup keys).
--- Returns how many.
+-- Returns how many. Reads them along the ready index (lease_until IS NULL, which a CHECK
+-- makes the same as lease_token IS NULL; the planner needs the index's own predicate).
 CREATE FUNCTION lonnymq_purge_channel_v1(p_channel_id bigint) RETURNS integer
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -2663,7 +2717,8 @@ DECLARE
     v_n integer;
 BEGIN
     WITH gone AS (
-        DELETE FROM lonnymq_message m WHERE m.channel_id = p_channel_id AND m.lease_token IS NULL
+        DELETE FROM lonnymq_message m
+         WHERE m.channel_id = p_channel_id AND m.lease_until IS NULL AND m.lease_token IS NULL
         RETURNING m.id, m.dedup_key
     ), freed AS (
         DELETE FROM lonnymq_dedup d USING gone g
@@ -3309,8 +3364,9 @@ $$;
 -- Delete a channel only while it holds no message and no enqueue into it is in flight.
 -- Returns 'deleted', 'not_empty', 'busy' (a producer or dequeuer holds it: try again) or
 -- 'missing'. Dead messages keep their queue and channel names (requeue recreates the
--- channel). The foreign-key check of the delete scans lonnymq_message (no index leads with
--- channel_id for every row); lonnymq_message_channel_idx makes that one index probe.
+-- channel). The emptiness test is the only guard (lonnymq_message has no foreign key since
+-- 0036): it runs after both locks, on a snapshot that sees every message committed before
+-- them, which needs READ COMMITTED (LQ006 otherwise; docs/locking.md "Pruning a channel").
 CREATE FUNCTION lonnymq_delete_channel_v1(p_id bigint) RETURNS text
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -3318,6 +3374,10 @@ AS $$
 DECLARE
     v_id bigint;
 BEGIN
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'delete_channel needs READ COMMITTED, the session runs %', pg_catalog.current_setting('transaction_isolation')
+            USING ERRCODE = 'LQ006';
+    END IF;
     PERFORM 1 FROM lonnymq_channel c WHERE c.id = p_id;
     IF NOT FOUND THEN
         RETURN 'missing';
@@ -3370,7 +3430,10 @@ $$;
 -- and configure hold NO KEY UPDATE: all skipped), then each one's exclusive advisory lock,
 -- tried (a producer between its lookup and its insert holds it shared: skipped); 2. in a new
 -- statement (a snapshot taken after both locks), the delete tests emptiness again, so a
--- message committed after the first statement's snapshot keeps its channel.
+-- message committed after the first statement's snapshot keeps its channel. That second
+-- look is the only guard (lonnymq_message has no foreign key since 0036), and it needs READ
+-- COMMITTED for its fresh snapshot: LQ006 otherwise, as dequeue. Emptiness is a probe of
+-- the ready index and a look along the lease index (messages in flight: a few per worker).
 CREATE FUNCTION lonnymq_prune_channels_v1(p_idle_ms bigint, p_limit integer DEFAULT 200)
 RETURNS integer
 LANGUAGE plpgsql
@@ -3382,6 +3445,10 @@ DECLARE
     v_locked    bigint[];
     v_gone      integer;
 BEGIN
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'prune needs READ COMMITTED, the session runs %', pg_catalog.current_setting('transaction_isolation')
+            USING ERRCODE = 'LQ006';
+    END IF;
     PERFORM lonnymq_check_range_v1('idle', p_idle_ms, 1::bigint, 31622400000::bigint, false);
     PERFORM lonnymq_check_range_v1('limit', p_limit::bigint, 1::bigint, 10000::bigint, false);
     v_cutoff_ms := lonnymq_now_ms_v1() - p_idle_ms;
@@ -3394,7 +3461,8 @@ BEGIN
                AND c.created_at < v_cutoff_at
                AND (c.last_dequeue_at IS NULL OR c.last_dequeue_at < v_cutoff_ms)
                AND NOT lonnymq_channel_configured_v1(c)
-               AND NOT EXISTS (SELECT 1 FROM lonnymq_message m WHERE m.channel_id = c.id)
+               AND NOT EXISTS (SELECT 1 FROM lonnymq_message m WHERE m.channel_id = c.id AND m.lease_until IS NULL)
+               AND NOT EXISTS (SELECT 1 FROM lonnymq_message m WHERE m.lease_until IS NOT NULL AND m.channel_id = c.id)
                AND NOT EXISTS (SELECT 1 FROM lonnymq_dedup d WHERE d.channel_id = c.id)
              LIMIT p_limit
                FOR UPDATE OF c SKIP LOCKED) k
@@ -3407,7 +3475,8 @@ BEGIN
         DELETE FROM lonnymq_channel c
          WHERE c.id = ANY (v_locked)
            AND NOT lonnymq_channel_configured_v1(c)
-           AND NOT EXISTS (SELECT 1 FROM lonnymq_message m WHERE m.channel_id = c.id)
+           AND NOT EXISTS (SELECT 1 FROM lonnymq_message m WHERE m.channel_id = c.id AND m.lease_until IS NULL)
+           AND NOT EXISTS (SELECT 1 FROM lonnymq_message m WHERE m.lease_until IS NOT NULL AND m.channel_id = c.id)
            AND NOT EXISTS (SELECT 1 FROM lonnymq_dedup d WHERE d.channel_id = c.id)
         RETURNING c.id, c.queue, c.released_total
     ), marks AS (
@@ -3452,7 +3521,11 @@ $$;
 --   in_flight_mismatch: in_flight differs from the leases that took a slot;
 --   queue_in_flight_mismatch: a queue-wide cap's in_flight differs from the leases of the
 --     queue that took a queue slot (channel_id and channel NULL);
---   stranded: a ready message is due but its channel will not look at it.
+--   stranded: a ready message is due but its channel will not look at it;
+--   orphaned: messages whose channel row is missing (channel_id the missing id, queue and
+--     channel NULL): lonnymq_message has no foreign key (0036), and this proves what it did.
+--     The channels are read from the two message indexes (the ready index by skipping from
+--     one channel to the next, the lease index whole), not from the backlog.
 -- Its work does not grow with the backlog (docs/admin.md, "At size"): the leases are read
 -- along the lease index (a slot or a queue slot needs a lease: CHECKs of lonnymq_message),
 -- and only the channels that could be stranded have their head looked up: a channel whose
@@ -3507,7 +3580,28 @@ BEGIN
            -- A producer's committed wake-up mark is applied by the next dequeue.
            AND NOT EXISTS (SELECT 1 FROM lonnymq_wake w
                             WHERE w.channel_id = c.id
-                              AND w.dequeue_at <= greatest(h.dequeue_at, v_now) + p_grace_ms);
+                              AND w.dequeue_at <= greatest(h.dequeue_at, v_now) + p_grace_ms)
+        UNION ALL
+        SELECT o.channel_id, NULL::text, NULL::text, 'orphaned',
+               pg_catalog.format('%s message(s) of channel %s, which does not exist',
+                                 (SELECT pg_catalog.count(*) FROM lonnymq_message m
+                                   WHERE m.channel_id = o.channel_id AND m.lease_until IS NULL)
+                                 + (SELECT pg_catalog.count(*) FROM lonnymq_message m
+                                     WHERE m.lease_until IS NOT NULL AND m.channel_id = o.channel_id),
+                                 o.channel_id)
+          FROM (WITH RECURSIVE waiting(channel_id) AS (
+                    (SELECT m.channel_id FROM lonnymq_message m WHERE m.lease_until IS NULL
+                      ORDER BY m.channel_id LIMIT 1)
+                    UNION ALL
+                    SELECT (SELECT m.channel_id FROM lonnymq_message m
+                             WHERE m.lease_until IS NULL AND m.channel_id > w.channel_id
+                             ORDER BY m.channel_id LIMIT 1)
+                      FROM waiting w WHERE w.channel_id IS NOT NULL
+                )
+                SELECT w.channel_id FROM waiting w WHERE w.channel_id IS NOT NULL
+                UNION
+                SELECT m.channel_id FROM lonnymq_message m WHERE m.lease_until IS NOT NULL) o
+         WHERE NOT EXISTS (SELECT 1 FROM lonnymq_channel c WHERE c.id = o.channel_id);
 END
 $$;
 
@@ -4420,6 +4514,7 @@ BEGIN
     LOOP
         v_channel_id := lonnymq_channel_id_v1(v_group.queue, v_group.channel);
         PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_channel_id));
+        PERFORM lonnymq_hold_channels_v1(ARRAY[v_channel_id]);
         INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key)
         SELECT s.id, v_channel_id, s.payload, v_now + s.delay_ms, 0, s.max_attempts,
                'lonnymq.step:' OPERATOR(pg_catalog.||) s.workflow_id::text
@@ -4567,6 +4662,7 @@ BEGIN
     IF pg_catalog.cardinality(v_ids) = 0 THEN
         RETURN 0;
     END IF;
+    PERFORM lonnymq_hold_channels_v1(v_ids);
     WITH released AS (
         UPDATE lonnymq_workflow_step s
            SET state = 'queued', pending = 0, payload = NULL, releases = s.releases + 1,

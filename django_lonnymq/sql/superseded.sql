@@ -453,6 +453,8 @@ BEGIN
     END IF;
     PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(f.id))
        FROM pg_catalog.unnest(v_channel_ids) AS f(id) ORDER BY f.id;
+    -- No prune or delete_channel deletes them until this transaction ends (0036).
+    PERFORM lonnymq_hold_channels_v1(v_channel_ids);
 
     -- One statement: stage the rows in memory with their ids drawn in input order (the sorted
     -- subquery), so a batch keeps FIFO within a channel; claim the dedup keys in (channel,

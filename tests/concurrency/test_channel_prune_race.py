@@ -8,8 +8,11 @@ looked them up a moment before. At the end, with producers stopped, the dequeuer
 every committed message is delivered exactly once, no rolled-back one is, the scheduler's
 invariants hold, every channel can be pruned, and the queue's release count equals the
 deliveries exactly (pruning folds it, never loses it). An enqueue that looked its channel up
-just before the prune deleted it fails with the foreign-key error and nothing written; the
-producer retries it, as a caller would.
+just before the prune deleted it fails with the foreign-key error (SQLSTATE 23503, raised by
+lonnymq_hold_channels_v1 since the key itself went in 0036) and nothing written; the
+producer retries it, as a caller would. The producers call the live enqueue functions and
+the superseded ones still installed, half and half; the final check also finds no message
+whose channel is missing ('orphaned').
 """
 
 from __future__ import annotations
@@ -50,14 +53,41 @@ class Ledger:
         self.errors: list[str] = []
 
 
+def _enqueue_v2(conn: psycopg.Connection[Any], channel: str) -> list[int]:
+    """The live single enqueue (the app's), beside sqlcalls' lonnymq_enqueue_v1."""
+    row = conn.execute(
+        "SELECT lonnymq_enqueue_v2(%s, %s, %s::jsonb)", [QUEUE, channel, json.dumps({"c": channel})]
+    )
+    return [int(row.fetchone()[0])]
+
+
+def _enqueue_many_v2(conn: psycopg.Connection[Any], channels: list[str]) -> list[int]:
+    """The live batch (the app's enqueue_many), beside sqlcalls' superseded lonnymq_enqueue_many_v1."""
+    row = conn.execute(
+        "SELECT lonnymq_enqueue_many_v2(%s, %s::text[], %s::jsonb[])",
+        [QUEUE, channels, [json.dumps({"c": c}) for c in channels]],
+    ).fetchone()
+    return [int(i) for i in row[0]]
+
+
 def _produce(
     conn: psycopg.Connection[Any], rng: random.Random, stop: threading.Event, ledger: Ledger
 ) -> None:
+    # Every function with an INSERT INTO lonnymq_message that a producer of new messages
+    # calls here holds its channels itself (no foreign key since 0036): the superseded v1
+    # functions still installed and the live v2 ones alike.
     while not stop.is_set():
         channels = [rng.choice(NAMES) for _ in range(rng.randint(1, 3))]
+        live = rng.random() < 0.5
         try:
             if len(channels) == 1 and rng.random() < 0.5:
-                ids = [q.enqueue(conn, QUEUE, channels[0], {"c": channels[0]})]
+                ids = (
+                    _enqueue_v2(conn, channels[0])
+                    if live
+                    else [q.enqueue(conn, QUEUE, channels[0], {"c": channels[0]})]
+                )
+            elif live:
+                ids = _enqueue_many_v2(conn, channels)
             else:
                 ids = q.enqueue_many(conn, QUEUE, channels, [{"c": c} for c in channels])
             if rng.random() < 0.3:

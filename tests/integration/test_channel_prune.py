@@ -3,14 +3,16 @@ what stays, in batches, and what walks channels meanwhile."""
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.test import override_settings
 
-from django_lonnymq import api, enqueue
+from django_lonnymq import Item, api, enqueue, enqueue_many
 from django_lonnymq.exceptions import ChannelGone, InvalidArgument
 from django_lonnymq.worker.housekeeping import Pruner, idle_prune_ms
 from django_lonnymq.worker.observer import Observer, Observers
@@ -233,25 +235,99 @@ def test_a_full_batch_prunes_again_at_the_next_step(monkeypatch: pytest.MonkeyPa
         assert (stats.pruned, pruner.next_at) == (3, 70.0)
 
 
-def test_an_enqueue_whose_channel_vanished_after_its_lookup_raises_channel_gone() -> None:
-    # The channel deleted between the enqueue's lookup and its insert (a prune committing in
-    # that moment): simulated by a trigger that deletes it right before the insert.
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("many", [False, True], ids=["enqueue", "enqueue_many"])
+def test_an_enqueue_whose_channel_vanished_after_its_lookup_raises_channel_gone(
+    connect: Any, many: bool
+) -> None:
+    # Case 6 of docs/locking.md "Pruning a channel", for real: a prune (another connection)
+    # won the channel's exclusive advisory lock; the enqueue looked the channel up and waits
+    # for its shared lock; the prune deletes the row and commits. The enqueue must fail with
+    # nothing written (there is no foreign key to refuse its insert since 0036).
     enqueue(QUEUE, {"n": 1}, channel="c")
     helpers.ack(helpers.dequeue(QUEUE, 10))
+    channel_id = helpers.channel_row(QUEUE, "c")["id"]
     with connection.cursor() as cursor:
-        cursor.execute(
-            "CREATE FUNCTION pg_temp.vanish() RETURNS trigger LANGUAGE plpgsql AS"
-            " $$ BEGIN DELETE FROM lonnymq_channel WHERE id = NEW.channel_id; RETURN NEW; END $$;"
-            " CREATE TRIGGER vanish BEFORE INSERT ON lonnymq_message"
-            " FOR EACH ROW EXECUTE FUNCTION pg_temp.vanish()"
-        )
+        cursor.execute("SELECT pg_backend_pid()")
+        producer_pid = cursor.fetchone()[0]
+    pruner = connect(autocommit=False)
+    pruner.execute(
+        "SELECT pg_advisory_xact_lock(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(%s))", [channel_id]
+    )
+    failures: list[BaseException] = []
+
+    def delete_once_the_producer_waits() -> None:
+        try:
+            watcher = connect()
+            for _ in range(500):
+                waiting = watcher.execute(
+                    "SELECT count(*) FROM pg_locks WHERE pid = %s AND locktype = 'advisory' AND NOT granted",
+                    [producer_pid],
+                ).fetchone()
+                if waiting and waiting[0]:
+                    break
+                time.sleep(0.01)
+            else:
+                raise AssertionError("the enqueue never waited for the channel's lock")
+            pruner.execute("DELETE FROM lonnymq_channel WHERE id = %s", [channel_id])
+            pruner.commit()
+        except BaseException as exc:  # reported by the test thread
+            failures.append(exc)
+            pruner.rollback()
+
+    deleter = threading.Thread(target=delete_once_the_producer_waits)
+    deleter.start()
     try:
         with pytest.raises(ChannelGone, match="retry the transaction"), transaction.atomic():
-            enqueue(QUEUE, {"n": 2}, channel="c")
+            if many:
+                enqueue_many(QUEUE, [Item({"n": 2}, channel="c"), Item({"n": 3}, channel="d")])
+            else:
+                enqueue(QUEUE, {"n": 2}, channel="c")
     finally:
-        with connection.cursor() as cursor:
-            cursor.execute("DROP TRIGGER vanish ON lonnymq_message")
-    assert names() == ["c"]
+        deleter.join(10)
+    assert failures == []
+    assert helpers.counts()["lonnymq_message"] == 0
+    assert helpers.channel_row(QUEUE, "c") is None
+    assert api.check(grace=0) == []
+    # The retry creates the channel again and wakes it.
+    enqueue(QUEUE, {"n": 4}, channel="c")
+    assert [m["payload"] for m in helpers.dequeue(QUEUE, 10)] == [{"n": 4}]
+
+
+def test_check_reports_messages_whose_channel_is_missing() -> None:
+    # The schema rule the foreign key enforced, now proven by lonnymq_check_v2: a message
+    # written around the functions (raw SQL) into a channel that does not exist.
+    enqueue(QUEUE, {"n": 1}, channel="c")
+    missing = int(helpers.scalar("SELECT coalesce(max(id), 0) + 1000 FROM lonnymq_channel"))
+    with connection.cursor() as cursor:
+        for _ in range(2):
+            cursor.execute(
+                "INSERT INTO lonnymq_message (channel_id, payload, dequeue_at, max_attempts)"
+                " VALUES (%s, '{}'::jsonb, 0, 5)",
+                [missing],
+            )
+    helpers.dequeue(QUEUE, 10)  # one of c's, in flight: not an orphan
+    problems = [p for p in api.check(grace=0) if p.problem == "orphaned"]
+    assert [(p.channel_id, p.queue, p.channel) for p in problems] == [(missing, None, None)]
+    assert problems[0].detail == f"2 message(s) of channel {missing}, which does not exist"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("isolation", ["repeatable read", "serializable"])
+def test_prune_and_delete_channel_refuse_other_isolation_levels(isolation: str) -> None:
+    enqueue(QUEUE, {"n": 1}, channel="c")
+    channel_id = helpers.channel_row(QUEUE, "c")["id"]
+    for statement, params in (
+        ("SELECT lonnymq_prune_channels_v1(1, 10)", []),
+        ("SELECT lonnymq_delete_channel_v1(%s)", [channel_id]),
+    ):
+        with (
+            pytest.raises(DatabaseError, match="needs READ COMMITTED"),
+            transaction.atomic(),
+            connection.cursor() as cursor,
+        ):
+            cursor.execute(f"SET TRANSACTION ISOLATION LEVEL {isolation}")
+            cursor.execute(statement, params)
 
 
 def test_the_worker_metrics_and_log_count_pruned_channels(caplog: pytest.LogCaptureFixture) -> None:

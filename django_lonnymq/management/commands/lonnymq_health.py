@@ -220,7 +220,10 @@ class Command(BaseCommand):
         checked = api.check(grace=timedelta(seconds=options["check_grace"]), using=alias)
         report["check"] = [p.__dict__ for p in checked]
         for p in checked:
-            where = p.queue if p.channel is None else f"{p.queue}/{p.channel}"
+            if p.channel is not None:
+                where = f"{p.queue}/{p.channel}"
+            else:  # a queue-wide problem, or messages whose channel row is missing
+                where = p.queue if p.queue is not None else f"channel id {p.channel_id}"
             problems.append(f"check: {where} {p.problem}: {p.detail}")
         report["healthy"] = not problems
         report["problems"] = problems
