@@ -94,7 +94,7 @@ RELEASED = {
     "0034_workflow_step_arrays.up.sql": "4d29efa0aee2bde62f103e8a7f7b34428ca48f3f27d985f2cd37418c22e1cc3b",
     "0034_workflow_step_arrays.down.sql": "b531092034e602384fb238e368ae28ce0c3c9e1ca866d7e95e4939401bb4bdf8",
     "0035_stats_at_size.down.sql": "39316e0c322b53ad9edcbc753092e006c33534ae10daa5af1d9498c5d93e062a",
-    "0035_stats_at_size.up.sql": "c93958b0fe8d0ff1f683e9463af032ceb2c59c83b690b09bf171fce609d121c7",
+    "0035_stats_at_size.up.sql": "79a372c258078d13eacd55b61a27e41aa89eb605b00349fb722d204abaf9a2e6",
     "0036_channel_without_fk.down.sql": "057d44b640037f3adbb088caa0317f596ff8ac09aae8ac7934afac714c4037bb",
     "0036_channel_without_fk.up.sql": "7676773deb6a2015c27c0f177e0c287d7c9a3eeb8fa78c16801c86cbb3676419",
 }

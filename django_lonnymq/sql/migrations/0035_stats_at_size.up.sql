@@ -114,7 +114,9 @@ BEGIN
                            WHERE c0.queue = q.queue LIMIT v_max_channels) c
                    CROSS JOIN LATERAL (SELECT m.dequeue_at FROM lonnymq_message m
                                         WHERE m.channel_id = c.id AND m.lease_until IS NULL
-                                        LIMIT p_cap + 1) r
+                                        -- In index order: a scan that stops at the limit (a
+                                        -- bitmap scan would read the whole channel first).
+                                        ORDER BY m.dequeue_at, m.id LIMIT p_cap + 1) r
                    LIMIT p_cap + 1) x
       ) w;
     IF v_big IS NOT NULL THEN
