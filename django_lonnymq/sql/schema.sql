@@ -4696,9 +4696,12 @@ $$;
 -- ones acked now, which no other ack can hold: each one's message was deleted by this ack;
 -- then their waiting children by id), then workflows by id. Every statement reaches its
 -- rows through an index (the ids given, the children's ids the acked steps' rows return),
--- whatever the size of the tables; a child is updated once, by the ack that lowers its
--- count or releases it, and a child shared by acks from other workers (a fan-in) is locked
--- only after this ack's own steps are written. Returns the ids acked.
+-- whatever the size of the tables, and says so in its own condition (id = ANY (array)): a
+-- join to an unnested array alone let the planner scan the whole step table (dead rows
+-- included) twice in every ack while the table had no statistics (migration 0037). A child
+-- is updated once, by the ack that lowers its count or releases it, and a child shared by
+-- acks from other workers (a fan-in) is locked only after this ack's own steps are written.
+-- Returns the ids acked.
 CREATE FUNCTION lonnymq_workflow_ack_v2(p_ids bigint[], p_tokens uuid[], p_outputs jsonb[], p_tolerance_ms bigint)
 RETURNS bigint[]
 LANGUAGE plpgsql
@@ -4746,14 +4749,14 @@ BEGIN
         ), lowered AS (
             UPDATE lonnymq_workflow_step s SET pending = s.pending - c.n
               FROM counted c, lonnymq_workflow w
-             WHERE s.id = c.child_id AND s.state = 'waiting' AND w.id = s.workflow_id
+             WHERE s.id = ANY (v_kids) AND s.id = c.child_id AND s.state = 'waiting' AND w.id = s.workflow_id
                AND (s.pending <> c.n OR w.state = 'cancelled')
             RETURNING s.id
         )
         SELECT pg_catalog.array_agg(s.id ORDER BY s.id) INTO v_ready
           FROM counted c JOIN lonnymq_workflow_step s ON s.id = c.child_id
           JOIN lonnymq_workflow w ON w.id = s.workflow_id
-         WHERE s.state = 'waiting' AND s.pending = c.n AND w.state <> 'cancelled';
+         WHERE s.id = ANY (v_kids) AND s.state = 'waiting' AND s.pending = c.n AND w.state <> 'cancelled';
         IF v_ready IS NOT NULL THEN
             PERFORM lonnymq_workflow_release_v2(v_ready, p_tolerance_ms);
         END IF;
@@ -4767,7 +4770,7 @@ BEGIN
            finished_at = CASE WHEN w.state = 'running' AND w.remaining = d.n THEN pg_catalog.now() ELSE w.finished_at END
       FROM (SELECT f.workflow_id, pg_catalog.count(*)::integer AS n
               FROM pg_catalog.unnest(v_flows) AS f(workflow_id) GROUP BY f.workflow_id) d
-     WHERE w.id = d.workflow_id;
+     WHERE w.id = ANY (v_flows) AND w.id = d.workflow_id;
     RETURN v_acked;
 END
 $$;
