@@ -1,6 +1,6 @@
-"""A step's ack names the ids it joins to: ``lonnymq_workflow_ack_v2`` (same contract)
-reaches the children and workflows it counts through their primary keys whatever the
-planner knows of the tables. From sql/migrations/0037_workflow_ack_index_conditions.up.sql.
+"""A step's ack counts its children from arrays: ``lonnymq_workflow_ack_v2`` (same contract)
+reads the children it counts through their primary key, one probe each, whatever the
+planner knows of the tables. From sql/migrations/0037_workflow_ack_counts.up.sql.
 The reverse reinstalls the function as the migrations before left it.
 """
 
@@ -25,8 +25,7 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.RunSQL(
-            sql=sql.migration("0037_workflow_ack_index_conditions"),
-            reverse_sql=PIN_SEARCH_PATH
-            + sql.restore_previous("0037_workflow_ack_index_conditions", *REPLACED),
+            sql=sql.migration("0037_workflow_ack_counts"),
+            reverse_sql=PIN_SEARCH_PATH + sql.restore_previous("0037_workflow_ack_counts", *REPLACED),
         ),
     ]
