@@ -4696,13 +4696,9 @@ $$;
 -- ones acked now, which no other ack can hold: each one's message was deleted by this ack;
 -- then their waiting children by id), then workflows by id. Every statement reaches its
 -- rows through an index (the ids given, the children's ids the acked steps' rows return),
--- whatever the size of the tables and whatever the planner knows of them: the children's
--- counts are read from arrays, one primary-key probe per child (joined to a CTE of the
--- counts, they were planned as a hash join over a scan of the whole step table, twice in
--- every ack, while the table had no statistics; migration 0037). A child is updated once,
--- by the ack that lowers its count or releases it, and a child shared by acks from other
--- workers (a fan-in) is locked only after this ack's own steps are written. Returns the
--- ids acked.
+-- whatever the size of the tables; a child is updated once, by the ack that lowers its
+-- count or releases it, and a child shared by acks from other workers (a fan-in) is locked
+-- only after this ack's own steps are written. Returns the ids acked.
 CREATE FUNCTION lonnymq_workflow_ack_v2(p_ids bigint[], p_tokens uuid[], p_outputs jsonb[], p_tolerance_ms bigint)
 RETURNS bigint[]
 LANGUAGE plpgsql
@@ -4713,8 +4709,6 @@ DECLARE
     v_flows bigint[];
     v_nflows integer;
     v_kids  bigint[];
-    v_kid_ids bigint[];
-    v_kid_ns  integer[];
     v_ready bigint[];
 BEGIN
     IF coalesce(pg_catalog.cardinality(p_outputs), 0) <> coalesce(pg_catalog.cardinality(p_ids), 0) THEN
@@ -4744,25 +4738,20 @@ BEGIN
         PERFORM 1 FROM lonnymq_workflow_step s
          WHERE s.id = ANY (v_kids) AND s.state = 'waiting'
          ORDER BY s.id FOR UPDATE OF s;
-        -- Each child once, with the number of its parents done now, as two arrays that the
-        -- statement below reads row by row, each child through the primary key.
-        SELECT pg_catalog.array_agg(k.id ORDER BY k.id), pg_catalog.array_agg(k.n ORDER BY k.id)
-          INTO v_kid_ids, v_kid_ns
-          FROM (SELECT u.id, pg_catalog.count(*)::integer AS n
-                  FROM pg_catalog.unnest(v_kids) AS u(id) GROUP BY u.id) k;
         -- The children whose last parents are done now: released in one update each. The
         -- others have their count lowered.
-        WITH lowered AS (
+        WITH counted AS (
+            SELECT k.id AS child_id, pg_catalog.count(*)::integer AS n
+              FROM pg_catalog.unnest(v_kids) AS k(id) GROUP BY k.id
+        ), lowered AS (
             UPDATE lonnymq_workflow_step s SET pending = s.pending - c.n
-              FROM ROWS FROM (pg_catalog.unnest(v_kid_ids), pg_catalog.unnest(v_kid_ns)) AS c(child_id, n),
-                   lonnymq_workflow w
+              FROM counted c, lonnymq_workflow w
              WHERE s.id = c.child_id AND s.state = 'waiting' AND w.id = s.workflow_id
                AND (s.pending <> c.n OR w.state = 'cancelled')
             RETURNING s.id
         )
         SELECT pg_catalog.array_agg(s.id ORDER BY s.id) INTO v_ready
-          FROM ROWS FROM (pg_catalog.unnest(v_kid_ids), pg_catalog.unnest(v_kid_ns)) AS c(child_id, n)
-          JOIN lonnymq_workflow_step s ON s.id = c.child_id
+          FROM counted c JOIN lonnymq_workflow_step s ON s.id = c.child_id
           JOIN lonnymq_workflow w ON w.id = s.workflow_id
          WHERE s.state = 'waiting' AND s.pending = c.n AND w.state <> 'cancelled';
         IF v_ready IS NOT NULL THEN
@@ -4778,7 +4767,7 @@ BEGIN
            finished_at = CASE WHEN w.state = 'running' AND w.remaining = d.n THEN pg_catalog.now() ELSE w.finished_at END
       FROM (SELECT f.workflow_id, pg_catalog.count(*)::integer AS n
               FROM pg_catalog.unnest(v_flows) AS f(workflow_id) GROUP BY f.workflow_id) d
-     WHERE w.id = ANY (v_flows) AND w.id = d.workflow_id;
+     WHERE w.id = d.workflow_id;
     RETURN v_acked;
 END
 $$;

@@ -97,7 +97,6 @@ RELEASED = {
     "0035_stats_at_size.up.sql": "c93958b0fe8d0ff1f683e9463af032ceb2c59c83b690b09bf171fce609d121c7",
     "0036_channel_without_fk.down.sql": "057d44b640037f3adbb088caa0317f596ff8ac09aae8ac7934afac714c4037bb",
     "0036_channel_without_fk.up.sql": "7676773deb6a2015c27c0f177e0c287d7c9a3eeb8fa78c16801c86cbb3676419",
-    "0037_workflow_ack_counts.up.sql": "6c012a701e8e369ff822040e46cc8fc013d743b500889373430791a894059481",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
