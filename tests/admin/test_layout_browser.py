@@ -37,11 +37,18 @@ def test_lists_fit_1366_px_and_pages_show_times_not_raw_values(live_server: Any,
         page.goto(live_server.url + url)
         page.wait_for_selector("#result_list")
         assert page.locator("#nav-sidebar").is_visible()  # the sidebar takes its share
-        scroll, visible = page.evaluate(
-            "() => { const r = document.querySelector('.results'); return [r.scrollWidth, r.clientWidth]; }"
+        # The table's width against its box's inner width, unrounded: scrollWidth rounds up a
+        # table that fits to a fraction of a pixel (once 718 > 717 in a full run; the channel
+        # list sits at 717.23 of 717), so half a pixel is allowed, not a column.
+        table, box = page.evaluate(
+            "() => { const r = document.querySelector('.results');"
+            " const s = getComputedStyle(r);"
+            " const inner = r.getBoundingClientRect().width - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight)"
+            " - parseFloat(s.borderLeftWidth) - parseFloat(s.borderRightWidth);"
+            " return [document.querySelector('#result_list').getBoundingClientRect().width, inner]; }"
         )
         page.screenshot(path=str(OUTPUT / f"list-{name}-1366.png"), full_page=True)
-        assert scroll <= visible, f"the {name} list scrolls sideways at 1366 px: {scroll} > {visible}"
+        assert table <= box + 0.5, f"the {name} list scrolls sideways at 1366 px: {table:.2f} > {box:.2f} px"
         assert "Show counts" not in page.content()
 
     page.goto(f"{live_server.url}/admin/django_lonnymq/channel/{acme.pk}/change/")
