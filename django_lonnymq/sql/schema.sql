@@ -4443,11 +4443,12 @@ CREATE INDEX lonnymq_workflow_finished_idx ON lonnymq_workflow (finished_at) WHE
 -- the order of a topological sort, so every parent's id is smaller than its children's. A
 -- waiting step keeps its payload here and is not in the message table; its release inserts
 -- its message (dedup key 'lonnymq.step:<workflow id>', which tells the worker it is a step)
--- and forgets the payload. pending counts the parents that have not succeeded. Pages are
--- half filled: a step is updated twice (released, then done), on its own page (HOT).
+-- and its ack forgets the payload. pending counts the parents that have not succeeded. Pages
+-- are half filled: a step is updated twice (released, then done), on its own page (HOT). No
+-- foreign key to its workflow: the trigger lonnymq_workflow_deleted deletes a workflow's steps.
 CREATE TABLE lonnymq_workflow_step (
     id            bigint      PRIMARY KEY,
-    workflow_id   bigint      NOT NULL REFERENCES lonnymq_workflow (id) ON DELETE CASCADE,
+    workflow_id   bigint      NOT NULL,
     name          text        NOT NULL,
     queue         text        NOT NULL,
     channel       text        NOT NULL,
@@ -4484,7 +4485,24 @@ CREATE TABLE lonnymq_workflow_step (
     CONSTRAINT lonnymq_workflow_step_parents_before CHECK (id > ALL (parents)),
     CONSTRAINT lonnymq_workflow_step_children_after CHECK (id < ALL (children))
 ) WITH (fillfactor = 50);
-CREATE INDEX lonnymq_workflow_step_workflow_idx ON lonnymq_workflow_step (workflow_id, id);
+
+-- A workflow's steps go with it (a prune, the admin, any DELETE), in the statement that
+-- deletes it: what a foreign key's ON DELETE CASCADE did before 0037, without the key's check
+-- on every step a start inserts (about 4 ms of a 1,000-step start). Only
+-- lonnymq_workflow_start_v1 writes steps, for the workflow it has just inserted;
+-- lonnymq_workflow_check_v1 reports a step whose workflow is missing. The steps of a
+-- workflow are found through lonnymq_workflow_step_name_unique (workflow_id, name).
+CREATE FUNCTION lonnymq_workflow_deleted_v1() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    DELETE FROM lonnymq_workflow_step s USING gone g WHERE s.workflow_id = g.id;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER lonnymq_workflow_deleted AFTER DELETE ON lonnymq_workflow
+    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION lonnymq_workflow_deleted_v1();
 
 -- The DAG's edges, one row per edge, read from the steps' parents (for reading and for the
 -- Django model WorkflowEdgeRecord; nothing writes it).
@@ -4628,10 +4646,12 @@ $$;
 
 -- Release steps (locked by the caller, ready: every parent succeeded) into the message table,
 -- as an enqueue would: channels created in name order, each channel's shared advisory lock,
--- then one statement that marks the steps queued (their pending count 0, their payload
--- forgotten) and inserts their messages from the payloads they held, then one wake-up mark
--- per channel (which NOTIFYs the queue's workers at commit). One update per step: the
--- caller does not lower a released step's count first. Returns how many were released.
+-- then one statement that marks the steps queued (their pending count 0) and inserts their
+-- messages from the payloads they hold, then one wake-up mark per channel (which NOTIFYs the
+-- queue's workers at commit). One update per step: the caller does not lower a released
+-- step's count first. A step keeps its payload until it succeeds (its ack forgets it), so
+-- the update returns it without reading each row a second time. Returns how many were
+-- released.
 CREATE FUNCTION lonnymq_workflow_release_v2(p_ids bigint[], p_tolerance_ms bigint) RETURNS integer
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -4667,11 +4687,9 @@ BEGIN
     PERFORM lonnymq_hold_channels_v1(v_ids);
     WITH released AS (
         UPDATE lonnymq_workflow_step s
-           SET state = 'queued', pending = 0, payload = NULL, releases = s.releases + 1,
-               released_at = pg_catalog.now()
-          FROM lonnymq_workflow_step o
-         WHERE s.id = ANY (p_ids) AND s.state = 'waiting' AND o.id = s.id
-        RETURNING s.id, s.queue, s.channel, o.payload, s.delay_ms, s.max_attempts, s.workflow_id
+           SET state = 'queued', pending = 0, releases = s.releases + 1, released_at = pg_catalog.now()
+         WHERE s.id = ANY (p_ids) AND s.state = 'waiting'
+        RETURNING s.id, s.queue, s.channel, s.payload, s.delay_ms, s.max_attempts, s.workflow_id
     ), inserted AS (
         INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key)
         SELECT r.id, c.id, r.payload, v_now + r.delay_ms, 0, r.max_attempts,
@@ -4700,18 +4718,22 @@ $$;
 -- rows through an index (the ids given, the children's ids the acked steps' rows return),
 -- whatever the size of the tables; a child is updated once, by the ack that lowers its
 -- count or releases it, and a child shared by acks from other workers (a fan-in) is locked
--- only after this ack's own steps are written. Returns the ids acked.
+-- only after this ack's own steps are written. The children are locked and counted in one
+-- statement: a child another ack updated while this one waited for its lock is read as that
+-- ack left it (READ COMMITTED's recheck of a locked row). Returns the ids acked.
 CREATE FUNCTION lonnymq_workflow_ack_v2(p_ids bigint[], p_tokens uuid[], p_outputs jsonb[], p_tolerance_ms bigint)
 RETURNS bigint[]
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_acked bigint[];
-    v_flows bigint[];
-    v_nflows integer;
-    v_kids  bigint[];
-    v_ready bigint[];
+    v_acked   bigint[];
+    v_flows   bigint[];
+    v_nflows  integer;
+    v_kids    bigint[];
+    v_ready   bigint[];
+    v_lower   bigint[];
+    v_lower_n integer[];
 BEGIN
     IF coalesce(pg_catalog.cardinality(p_outputs), 0) <> coalesce(pg_catalog.cardinality(p_ids), 0) THEN
         PERFORM lonnymq_raise_invalid_v1('outputs', 'must have one output per id', pg_catalog.cardinality(p_outputs)::text);
@@ -4721,10 +4743,9 @@ BEGIN
     IF pg_catalog.cardinality(v_acked) = 0 THEN
         RETURN v_acked;
     END IF;
-    -- The steps done now, their workflows, and their children (a child once per parent done).
     WITH done AS (
         UPDATE lonnymq_workflow_step s
-           SET state = 'succeeded', output = p_outputs[pg_catalog.array_position(p_ids, s.id)],
+           SET state = 'succeeded', output = p_outputs[pg_catalog.array_position(p_ids, s.id)], payload = NULL,
                finished_at = pg_catalog.now()
          WHERE s.id = ANY (v_acked) AND s.state = 'queued'
         RETURNING s.workflow_id, s.children
@@ -4737,25 +4758,22 @@ BEGIN
         RETURN v_acked;
     END IF;
     IF v_kids IS NOT NULL THEN
-        PERFORM 1 FROM lonnymq_workflow_step s
-         WHERE s.id = ANY (v_kids) AND s.state = 'waiting'
-         ORDER BY s.id FOR UPDATE OF s;
-        -- The children whose last parents are done now: released in one update each. The
-        -- others have their count lowered.
-        WITH counted AS (
-            SELECT k.id AS child_id, pg_catalog.count(*)::integer AS n
-              FROM pg_catalog.unnest(v_kids) AS k(id) GROUP BY k.id
-        ), lowered AS (
-            UPDATE lonnymq_workflow_step s SET pending = s.pending - c.n
-              FROM counted c, lonnymq_workflow w
-             WHERE s.id = c.child_id AND s.state = 'waiting' AND w.id = s.workflow_id
-               AND (s.pending <> c.n OR w.state = 'cancelled')
-            RETURNING s.id
-        )
-        SELECT pg_catalog.array_agg(s.id ORDER BY s.id) INTO v_ready
-          FROM counted c JOIN lonnymq_workflow_step s ON s.id = c.child_id
-          JOIN lonnymq_workflow w ON w.id = s.workflow_id
-         WHERE s.state = 'waiting' AND s.pending = c.n AND w.state <> 'cancelled';
+        SELECT pg_catalog.array_agg(x.id ORDER BY x.id) FILTER (WHERE x.ready),
+               pg_catalog.array_agg(x.id ORDER BY x.id) FILTER (WHERE NOT x.ready),
+               pg_catalog.array_agg(x.n ORDER BY x.id) FILTER (WHERE NOT x.ready)
+          INTO v_ready, v_lower, v_lower_n
+          FROM (SELECT s.id, c.n, s.pending = c.n AND w.state <> 'cancelled' AS ready
+                  FROM (SELECT k.id, pg_catalog.count(*)::integer AS n
+                          FROM pg_catalog.unnest(v_kids) AS k(id) GROUP BY k.id) c
+                  JOIN lonnymq_workflow_step s ON s.id = c.id
+                  JOIN lonnymq_workflow w ON w.id = s.workflow_id
+                 WHERE s.state = 'waiting'
+                 ORDER BY s.id FOR UPDATE OF s) x;
+        IF v_lower IS NOT NULL THEN
+            UPDATE lonnymq_workflow_step s SET pending = s.pending - u.n
+              FROM ROWS FROM (pg_catalog.unnest(v_lower), pg_catalog.unnest(v_lower_n)) AS u(id, n)
+             WHERE s.id = u.id;
+        END IF;
         IF v_ready IS NOT NULL THEN
             PERFORM lonnymq_workflow_release_v2(v_ready, p_tolerance_ms);
         END IF;
@@ -4946,7 +4964,8 @@ END
 $$;
 
 -- The workflow invariants api.check() adds: a waiting step whose parents have all succeeded
--- (it should have been released), a released step with a parent that has not succeeded.
+-- (it should have been released), a released step with a parent that has not succeeded, a
+-- step whose workflow is missing (steps have no foreign key since 0037).
 CREATE FUNCTION lonnymq_workflow_check_v1()
 RETURNS TABLE (workflow_id bigint, step_id bigint, queue text, channel text, problem text, detail text)
 LANGUAGE sql STABLE
@@ -4965,4 +4984,9 @@ AS $$
       CROSS JOIN LATERAL pg_catalog.unnest(s.parents) AS e(parent_id)
       JOIN lonnymq_workflow_step p ON p.id = e.parent_id
      WHERE s.releases > 0 AND p.state <> 'succeeded'
+    UNION ALL
+    SELECT s.workflow_id, s.id, s.queue, s.channel, 'workflow_step_orphaned',
+           pg_catalog.format('step %s belongs to workflow %s, which does not exist', s.name, s.workflow_id)
+      FROM lonnymq_workflow_step s
+     WHERE NOT EXISTS (SELECT 1 FROM lonnymq_workflow w WHERE w.id = s.workflow_id)
 $$;

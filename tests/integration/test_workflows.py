@@ -217,6 +217,53 @@ def test_the_check_reports_a_broken_invariant(connect):
     conn.execute("DELETE FROM lonnymq_message")
 
 
+def test_a_deleted_workflow_takes_its_steps_and_the_check_names_an_orphaned_step(connect):
+    """Steps have no foreign key to their workflow (0037): any DELETE of a workflow deletes its
+    steps (a statement trigger), and a step whose workflow is missing is a problem the check
+    names."""
+    kept, gone = Workflow("kept"), Workflow("gone")
+    chain(kept, ("wf_a", {}), ("wf_b", {}))
+    chain(gone, ("wf_a", {}), ("wf_b", {}), ("wf_c", {}))
+    kept_id, gone_id = kept.start(), gone.start()
+    conn = connect()
+    conn.execute("DELETE FROM lonnymq_message")
+    conn.execute("DELETE FROM lonnymq_workflow WHERE id = %s", [gone_id])
+    left = conn.execute("SELECT workflow_id, count(*) FROM lonnymq_workflow_step GROUP BY 1").fetchall()
+    assert left == [(kept_id, 2)]
+    conn.execute(
+        "INSERT INTO lonnymq_workflow_step (id, workflow_id, name, queue, channel, payload, max_attempts,"
+        " pending, state) VALUES (nextval('lonnymq_message_id_seq'), %s, 'stray', 'wf_a', 'default', '{}', 1, 0,"
+        " 'waiting')",
+        [gone_id],
+    )
+    problems = api.check()
+    assert [(p.problem, p.queue) for p in problems] == [("workflow_step_orphaned", "wf_a")]
+    assert f"workflow {gone_id}, which does not exist" in problems[0].detail
+    conn.execute("DELETE FROM lonnymq_workflow_step WHERE workflow_id = %s", [gone_id])
+    conn.execute("DELETE FROM lonnymq_workflow")
+    assert count("lonnymq_workflow_step") == 0
+
+
+def test_a_released_step_keeps_its_payload_until_its_ack(connect):
+    """The release reads each step once: the step's row keeps the payload its message was
+    made from, and the step's ack forgets it (the output is what stays)."""
+    flow = Workflow("payloads")
+    chain(flow, ("wf_a", {"n": 1}), ("wf_b", {"n": 2}))
+    workflow_id = flow.start()
+    conn = connect()
+    payloads = "SELECT name, state, payload FROM lonnymq_workflow_step WHERE workflow_id = %s ORDER BY id"
+    ack(conn, lease(conn, "wf_a"))
+    assert conn.execute(payloads, [workflow_id]).fetchall() == [("wf_a", "succeeded", None),
+                                                                ("wf_b", "queued", {"n": 2})]  # fmt: skip
+    [(b_id, token)] = lease(conn, "wf_b")
+    assert conn.execute("SELECT payload FROM lonnymq_message WHERE id = %s", [b_id]).fetchone() == ({"n": 2},)
+    ack(conn, [(b_id, token)])
+    assert conn.execute(payloads, [workflow_id]).fetchall() == [("wf_a", "succeeded", None),
+                                                                ("wf_b", "succeeded", None)]  # fmt: skip
+    assert api.workflow(workflow_id).state == "succeeded"
+    conn.execute("DELETE FROM lonnymq_workflow")
+
+
 def test_acks_of_two_workflows_at_once_release_shared_children_once_without_deadlock(connect):
     """Two connections ack, at once and in opposite orders, the parents of two children that
     every parent shares, in two workflows per call: each child is released once, by the call
