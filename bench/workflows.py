@@ -1,10 +1,17 @@
 """Workflows: ``python -m bench.workflows``.
 
 1. **Fan-out/fan-in**: a 1 -> 1,000 -> 1 workflow against 1,002 independent messages, the same
-   no-op handler (queue ``bench``), the same running worker (``--concurrency 4``): wall time
-   from the call that starts the workflow (or enqueues the messages) until the last step is
-   done, and from that call's commit (its return) until then. The start's arrays go in
-   binary, as ``Workflow.start()`` sends them.
+   no-op handler (queue ``bench``), the same running worker (``--concurrency 4``), in two
+   ways, round by round:
+
+   - *through the API*, as a project writes it: ``Workflow(...)``, its 1,002 ``flow.step()``
+     calls and ``flow.start()`` in ``transaction.atomic()``, against ``enqueue_many()`` of the
+     same 1,002 payloads in ``transaction.atomic()``; wall time from the first call until the
+     last step is done;
+   - *the SQL calls alone*: the start's one statement (its arrays in binary, as
+     ``Workflow.start()`` sends them) against one ``lonnymq_enqueue_many_v1`` whose payloads
+     the server fills in (``array_fill``: no payload crosses the wire); wall time from the
+     call, and from its commit (its return), until the last step is done.
 2. **Chain latency**: a chain of ``--chain`` steps (queue ``bench_step``, no-op): from a
    parent's ack (the child's ``released_at``, written by that ack) to the child's start,
    against the enqueue-to-start latency of single messages enqueued one at a time into an
@@ -55,21 +62,61 @@ def wait_empty(conn, what: str, timeout: float = 300) -> float:  # type: ignore[
     raise RuntimeError(f"not done in {timeout}s: {what}")
 
 
-def fan(url: str, rounds: int, width: int) -> tuple[list[float], list[float], list[float], list[float]]:
-    """Wall times from the call that starts the work (the workflow's start, the enqueue) to
-    the last step done, and from its commit (the call's return) to the last step done."""
+def django_setup(url: str) -> None:
+    """This process as a project using the queue (bench.settings, the bench's database)."""
+    os.environ["DATABASE_URL"] = url
+    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+    import django
+
+    django.setup()
+
+
+def api_round(conn, width: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """One round through the public API: the workflow's wall time, then the messages'."""
+    from django.db import transaction
+
+    from django_lonnymq import Workflow, enqueue_many
+
+    start = time.perf_counter()
+    with transaction.atomic():
+        flow = Workflow("bench", channel="tenant-0")
+        root = flow.step("bench", core.PAYLOAD, name="root")
+        parts = [flow.step("bench", core.PAYLOAD, name=f"p{i}", after=[root]) for i in range(width)]
+        flow.step("bench", core.PAYLOAD, name="merge", after=parts)
+        flow.start()
+    flow_time = wait_empty(conn, DONE_FLOW) - start
+    conn.execute("DELETE FROM lonnymq_workflow")
+    start = time.perf_counter()
+    with transaction.atomic():
+        enqueue_many("bench", [core.PAYLOAD] * (width + 2), channel="tenant-0")
+    return flow_time, wait_empty(conn, DONE_PLAIN) - start
+
+
+DONE_FLOW = "SELECT count(*) = 0 FROM lonnymq_workflow WHERE state <> 'succeeded'"
+DONE_PLAIN = "SELECT NOT EXISTS (SELECT 1 FROM lonnymq_message)"
+
+
+def fan(url: str, rounds: int, width: int) -> dict[str, list[float]]:
+    """Per round, through the API (workflow, messages) and through the SQL calls alone: wall
+    times from the call that starts the work (the workflow's start, the enqueue) to the last
+    step done, and from its commit (the call's return) to the last step done."""
+    django_setup(url)
     conn = core.connect(url)
     worker = core.start_worker(url, "bench", "--concurrency", "4", "--batch-size", "50")
     flows, plain, flows_after, plain_after = [], [], [], []
+    api_flows, api_plain = [], []
     # The arrays in binary, as Workflow.start() sends them (db.rows(..., arrays=True)).
     start_sql = sql.binary_arrays(sql.query("workflow_start"))
     steps = [("root", [])] + [(f"p{i}", [1]) for i in range(width)] + [("merge", list(range(2, width + 2)))]
-    done_flow = "SELECT count(*) = 0 FROM lonnymq_workflow WHERE state <> 'succeeded'"
-    done_plain = "SELECT NOT EXISTS (SELECT 1 FROM lonnymq_message)"
+    done_flow, done_plain = DONE_FLOW, DONE_PLAIN
     try:
         worker.wait_for("lonnymq worker")
         time.sleep(2)  # its LISTEN and first dequeue
         for _ in range(rounds):
+            flow_time, plain_time = api_round(conn, width)
+            api_flows.append(flow_time)
+            api_plain.append(plain_time)
+            conn.execute("DELETE FROM lonnymq_workflow")
             start = time.perf_counter()
             conn.execute(start_sql, start_params("bench", steps))
             committed = time.perf_counter()
@@ -90,14 +137,21 @@ def fan(url: str, rounds: int, width: int) -> tuple[list[float], list[float], li
     finally:
         worker.stop()
         conn.close()
-    return flows, plain, flows_after, plain_after
+    return {"api_flows": api_flows, "api_plain": api_plain, "flows": flows, "plain": plain,
+            "flows_after": flows_after, "plain_after": plain_after}  # fmt: skip
 
 
 def chain_latency(url: str, length: int, singles: int) -> tuple[list[float], list[float]]:
     conn = core.connect(url)
     path = Path(tempfile.mkstemp(prefix="lq-bench-chain-")[1])
     worker = core.start_worker(
-        url, "bench_step", "--queue", "bench_latency", "--concurrency", "4", LONNYMQ_BENCH_LATENCY_FILE=str(path)
+        url,
+        "bench_step",
+        "--queue",
+        "bench_latency",
+        "--concurrency",
+        "4",
+        LONNYMQ_BENCH_LATENCY_FILE=str(path),
     )
     try:
         worker.wait_for("lonnymq worker")
@@ -112,7 +166,9 @@ def chain_latency(url: str, length: int, singles: int) -> tuple[list[float], lis
             ).fetchall()
         )
         first = min(released)
-        starts = {int(a): float(b) for a, b in (line.split() for line in path.read_text().split("\n") if line)}
+        starts = {
+            int(a): float(b) for a, b in (line.split() for line in path.read_text().split("\n") if line)
+        }
         chain = [starts[i] - released[i] for i in released if i != first]
         path.write_text("")
         for _ in range(singles):
@@ -157,13 +213,20 @@ def main() -> None:
     args = parser.parse_args()
     core.recreate_database(args.database_url)
     print(" ".join(f"{k}={v}" for k, v in {**core.machine_facts()}.items()))
-    flows, plain, flows_after, plain_after = fan(args.database_url, args.rounds, args.width)
-    mf, mp = statistics.median(flows), statistics.median(plain)
-    print(f"1 -> {args.width} -> 1 workflow: median {mf:.3f}s; {args.width + 2} independent messages: "
-          f"median {mp:.3f}s; ratio {mf / mp:.2f} (runs: {[round(x, 3) for x in flows]} vs {[round(x, 3) for x in plain]})")  # fmt: skip
-    mf, mp = statistics.median(flows_after), statistics.median(plain_after)
-    print(f"  the same from the commit of the start (of the enqueue): median {mf:.3f}s against {mp:.3f}s; "
-          f"ratio {mf / mp:.2f} (runs: {[round(x, 3) for x in flows_after]} vs {[round(x, 3) for x in plain_after]})")  # fmt: skip
+    runs = fan(args.database_url, args.rounds, args.width)
+    for label, flows, plain in (
+        (
+            "through the API (Workflow ... start() against enqueue_many())",
+            runs["api_flows"],
+            runs["api_plain"],
+        ),
+        ("the SQL calls alone, from the call", runs["flows"], runs["plain"]),
+        ("the SQL calls alone, from the commit", runs["flows_after"], runs["plain_after"]),
+    ):
+        mf, mp = statistics.median(flows), statistics.median(plain)
+        print(f"1 -> {args.width} -> 1 workflow against {args.width + 2} independent messages, {label}: "
+              f"median {mf:.3f}s against {mp:.3f}s; ratio {mf / mp:.2f} "
+              f"(runs: {[round(x, 3) for x in flows]} vs {[round(x, 3) for x in plain]})")  # fmt: skip
     chain, idle = chain_latency(args.database_url, args.chain, args.singles)
     mc, mi = statistics.median(chain), statistics.median(idle)
     print(f"chain of {args.chain}: parent ack -> child start median {mc * 1000:.1f} ms (p90 "
