@@ -4486,8 +4486,8 @@ CREATE TABLE lonnymq_workflow_step (
     CONSTRAINT lonnymq_workflow_step_children_after CHECK (id < ALL (children))
 ) WITH (fillfactor = 50);
 
--- A workflow's steps go with it (a prune, the admin, any DELETE), in the statement that
--- deletes it: what a foreign key's ON DELETE CASCADE did before 0037, without the key's check
+-- A workflow's steps go with it (a prune, the admin, any DELETE or TRUNCATE), in the statement
+-- that deletes it: what a foreign key's ON DELETE CASCADE did before 0037, without the key's check
 -- on every step a start inserts (about 4 ms of a 1,000-step start). Only
 -- lonnymq_workflow_start_v1 writes steps, for the workflow it has just inserted;
 -- lonnymq_workflow_check_v1 reports a step whose workflow is missing. The steps of a
@@ -4497,12 +4497,19 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 BEGIN
-    DELETE FROM lonnymq_workflow_step s USING gone g WHERE s.workflow_id = g.id;
+    IF TG_OP = 'TRUNCATE' THEN
+        -- A DELETE: a TRUNCATE here fails when the statement that fired it truncates the steps too.
+        DELETE FROM lonnymq_workflow_step;
+    ELSE
+        DELETE FROM lonnymq_workflow_step s USING gone g WHERE s.workflow_id = g.id;
+    END IF;
     RETURN NULL;
 END
 $$;
 CREATE TRIGGER lonnymq_workflow_deleted AFTER DELETE ON lonnymq_workflow
     REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION lonnymq_workflow_deleted_v1();
+CREATE TRIGGER lonnymq_workflow_truncated AFTER TRUNCATE ON lonnymq_workflow
+    FOR EACH STATEMENT EXECUTE FUNCTION lonnymq_workflow_deleted_v1();
 
 -- The DAG's edges, one row per edge, read from the steps' parents (for reading and for the
 -- Django model WorkflowEdgeRecord; nothing writes it).

@@ -97,8 +97,8 @@ RELEASED = {
     "0035_stats_at_size.up.sql": "79a372c258078d13eacd55b61a27e41aa89eb605b00349fb722d204abaf9a2e6",
     "0036_channel_without_fk.down.sql": "057d44b640037f3adbb088caa0317f596ff8ac09aae8ac7934afac714c4037bb",
     "0036_channel_without_fk.up.sql": "7676773deb6a2015c27c0f177e0c287d7c9a3eeb8fa78c16801c86cbb3676419",
-    "0037_workflow_lean.down.sql": "02e7b7785cead884d9492740c47a037cede891d2ab71d6f55a791aad1c303993",
-    "0037_workflow_lean.up.sql": "9b202c288848e3b50e95d9f376f9841478c4cc463411d648aab1c2086960bace",
+    "0037_workflow_lean.down.sql": "c43dda3613b77156b5fe0fbdc5ee0e07586c6d722961c6cffc775509f1299b6e",
+    "0037_workflow_lean.up.sql": "d035845e2f3b7ca4a39c11678cfedde748834aafd7d2ab136e5bdf9e67a22660",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

@@ -6,7 +6,8 @@
 --   step a start inserts was about 4 ms of a 1,000-step start) and the index
 --   lonnymq_workflow_step_workflow_idx (workflow_id, id): lonnymq_workflow_step_name_unique
 --   (workflow_id, name) finds a workflow's steps. The key's ON DELETE CASCADE becomes the
---   statement trigger lonnymq_workflow_deleted (new function lonnymq_workflow_deleted_v1).
+--   statement triggers lonnymq_workflow_deleted and lonnymq_workflow_truncated (new function
+--   lonnymq_workflow_deleted_v1).
 -- - lonnymq_workflow_check_v1 (same contract): also reports 'workflow_step_orphaned', a step
 --   whose workflow is missing.
 -- - lonnymq_workflow_ack_v2 (same contract): locks and counts the acked steps' waiting
@@ -20,8 +21,8 @@ SELECT pg_catalog.set_config('search_path',
 ALTER TABLE lonnymq_workflow_step DROP CONSTRAINT lonnymq_workflow_step_workflow_id_fkey;
 DROP INDEX lonnymq_workflow_step_workflow_idx;
 
--- A workflow's steps go with it (a prune, the admin, any DELETE), in the statement that
--- deletes it: what a foreign key's ON DELETE CASCADE did before 0037, without the key's check
+-- A workflow's steps go with it (a prune, the admin, any DELETE or TRUNCATE), in the statement
+-- that deletes it: what a foreign key's ON DELETE CASCADE did before 0037, without the key's check
 -- on every step a start inserts (about 4 ms of a 1,000-step start). Only
 -- lonnymq_workflow_start_v1 writes steps, for the workflow it has just inserted;
 -- lonnymq_workflow_check_v1 reports a step whose workflow is missing. The steps of a
@@ -31,12 +32,19 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 BEGIN
-    DELETE FROM lonnymq_workflow_step s USING gone g WHERE s.workflow_id = g.id;
+    IF TG_OP = 'TRUNCATE' THEN
+        -- A DELETE: a TRUNCATE here fails when the statement that fired it truncates the steps too.
+        DELETE FROM lonnymq_workflow_step;
+    ELSE
+        DELETE FROM lonnymq_workflow_step s USING gone g WHERE s.workflow_id = g.id;
+    END IF;
     RETURN NULL;
 END
 $$;
 CREATE TRIGGER lonnymq_workflow_deleted AFTER DELETE ON lonnymq_workflow
     REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION lonnymq_workflow_deleted_v1();
+CREATE TRIGGER lonnymq_workflow_truncated AFTER TRUNCATE ON lonnymq_workflow
+    FOR EACH STATEMENT EXECUTE FUNCTION lonnymq_workflow_deleted_v1();
 
 -- Release steps (locked by the caller, ready: every parent succeeded) into the message table,
 -- as an enqueue would: channels created in name order, each channel's shared advisory lock,
