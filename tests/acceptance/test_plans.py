@@ -37,6 +37,10 @@ def test_a_plan_change_reaches_10000_channels_while_four_workers_drain(spawn, db
     changed = api.configure_plan("tier", max_concurrency=2, weight=3)
     took = time.monotonic() - started
     assert changed == CHANNELS
+    # A tail that one channel holds alone: with 16 slots and 40 busy channels a worker may
+    # never have taken two of one channel at once (a run on a throwaway cluster did not);
+    # here every worker with two free slots finds only hot-0 and takes two.
+    sent += enqueue_many("t_sleep", [Item({"seconds": 0.3}, channel="hot-0") for _ in range(12)])
 
     codes = [w.wait(timeout=120) for w in workers]
     assert codes == [0, 0, 0, 0], describe(*workers)
