@@ -4750,6 +4750,8 @@ BEGIN
     IF pg_catalog.cardinality(v_acked) = 0 THEN
         RETURN v_acked;
     END IF;
+    -- The steps done now (their payload forgotten), their workflows, and their children (a
+    -- child once per parent done).
     WITH done AS (
         UPDATE lonnymq_workflow_step s
            SET state = 'succeeded', output = p_outputs[pg_catalog.array_position(p_ids, s.id)], payload = NULL,
@@ -4765,6 +4767,8 @@ BEGIN
         RETURN v_acked;
     END IF;
     IF v_kids IS NOT NULL THEN
+        -- The waiting children, locked in id order: those whose last parents are done now
+        -- (released in one update each) and the others (their count lowered).
         SELECT pg_catalog.array_agg(x.id ORDER BY x.id) FILTER (WHERE x.ready),
                pg_catalog.array_agg(x.id ORDER BY x.id) FILTER (WHERE NOT x.ready),
                pg_catalog.array_agg(x.n ORDER BY x.id) FILTER (WHERE NOT x.ready)

@@ -98,7 +98,7 @@ RELEASED = {
     "0036_channel_without_fk.down.sql": "057d44b640037f3adbb088caa0317f596ff8ac09aae8ac7934afac714c4037bb",
     "0036_channel_without_fk.up.sql": "7676773deb6a2015c27c0f177e0c287d7c9a3eeb8fa78c16801c86cbb3676419",
     "0037_workflow_lean.down.sql": "c43dda3613b77156b5fe0fbdc5ee0e07586c6d722961c6cffc775509f1299b6e",
-    "0037_workflow_lean.up.sql": "d035845e2f3b7ca4a39c11678cfedde748834aafd7d2ab136e5bdf9e67a22660",
+    "0037_workflow_lean.up.sql": "48867d9edc24fcac2996cc07dde6d1fd8d6f9d2f3282601174c598d1f933ad27",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
