@@ -108,7 +108,6 @@ def fan(url: str, rounds: int, width: int) -> dict[str, list[float]]:
     # The arrays in binary, as Workflow.start() sends them (db.rows(..., arrays=True)).
     start_sql = sql.binary_arrays(sql.query("workflow_start"))
     steps = [("root", [])] + [(f"p{i}", [1]) for i in range(width)] + [("merge", list(range(2, width + 2)))]
-    done_flow, done_plain = DONE_FLOW, DONE_PLAIN
     try:
         worker.wait_for("lonnymq worker")
         time.sleep(2)  # its LISTEN and first dequeue
@@ -120,7 +119,7 @@ def fan(url: str, rounds: int, width: int) -> dict[str, list[float]]:
             start = time.perf_counter()
             conn.execute(start_sql, start_params("bench", steps))
             committed = time.perf_counter()
-            end = wait_empty(conn, done_flow)
+            end = wait_empty(conn, DONE_FLOW)
             flows.append(end - start)
             flows_after.append(end - committed)
             conn.execute("DELETE FROM lonnymq_workflow")
@@ -131,7 +130,7 @@ def fan(url: str, rounds: int, width: int) -> dict[str, list[float]]:
                 [width + 2, core.PAYLOAD_TEXT, width + 2],
             )
             committed = time.perf_counter()
-            end = wait_empty(conn, done_plain)
+            end = wait_empty(conn, DONE_PLAIN)
             plain.append(end - start)
             plain_after.append(end - committed)
     finally:
