@@ -1604,6 +1604,11 @@ $$;
 -- statements on generic plans: statements over id arrays were planned afresh at every call
 -- (their custom plans looked cheaper than the generic one), which was a third of the time
 -- of a dequeue or an ack of one message.
+-- They plan without sequential scans: a generic plan lasts the session (until the table's
+-- next VACUUM or ANALYZE), and one made while the message table held a row or two scanned
+-- all of it. A worker that planned its dequeue on a one-row table then took 130 ms to lease
+-- 50 of 200,000 messages, against 2 ms for a worker that planned later. Without JIT, which
+-- a plan over a node those settings disable would otherwise pay on every call.
 
 -- The first p_limit committed wake-up marks of a queue due by p_now, earliest first, read
 -- without a lock (lonnymq_dequeue_held_v1's look at the channels being woken). From the
@@ -1649,6 +1654,8 @@ CREATE FUNCTION lonnymq_dequeue_held_v1(
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     v_seen     bigint[];
@@ -1781,6 +1788,8 @@ CREATE FUNCTION lonnymq_dequeue_v1(
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     v_now         bigint;
@@ -2195,6 +2204,8 @@ CREATE FUNCTION lonnymq_ack_v1(p_ids bigint[], p_tokens uuid[]) RETURNS bigint[]
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     v_acked bigint[];
@@ -4651,6 +4662,13 @@ BEGIN
 END
 $$;
 
+-- The three workflow functions a worker calls for every batch (this release, the step ack and
+-- the inputs) plan without sequential scans: their statements reach steps by id, and a
+-- generic plan made while the step table looked small (just emptied, vacuumed, autovacuum
+-- not yet run) scanned all of it for each batch and kept doing so as it grew. Without JIT:
+-- a plan that cannot avoid what a planner setting disables costs past jit_above_cost, and
+-- compiling it took about 90 ms of every call.
+--
 -- Release steps (locked by the caller, ready: every parent succeeded) into the message table,
 -- as an enqueue would: channels created in name order, each channel's shared advisory lock,
 -- then one statement that marks the steps queued (their pending count 0) and inserts their
@@ -4662,6 +4680,8 @@ $$;
 CREATE FUNCTION lonnymq_workflow_release_v2(p_ids bigint[], p_tolerance_ms bigint) RETURNS integer
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
+SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     v_now      bigint := lonnymq_now_ms_v1();
@@ -4727,11 +4747,16 @@ $$;
 -- count or releases it, and a child shared by acks from other workers (a fan-in) is locked
 -- only after this ack's own steps are written. The children are locked and counted in one
 -- statement: a child another ack updated while this one waited for its lock is read as that
--- ack left it (READ COMMITTED's recheck of a locked row). Returns the ids acked.
+-- ack left it (READ COMMITTED's recheck of a locked row). No nested loops: every join here
+-- is between id arrays and the rows they name, whose sizes a generic plan cannot know.
+-- Returns the ids acked.
 CREATE FUNCTION lonnymq_workflow_ack_v2(p_ids bigint[], p_tokens uuid[], p_outputs jsonb[], p_tolerance_ms bigint)
 RETURNS bigint[]
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
+SET enable_seqscan = off
+SET enable_nestloop = off
+SET jit = off
 AS $$
 DECLARE
     v_acked   bigint[];
@@ -4741,6 +4766,7 @@ DECLARE
     v_ready   bigint[];
     v_lower   bigint[];
     v_lower_n integer[];
+    v_cancelled bigint[];
 BEGIN
     IF coalesce(pg_catalog.cardinality(p_outputs), 0) <> coalesce(pg_catalog.cardinality(p_ids), 0) THEN
         PERFORM lonnymq_raise_invalid_v1('outputs', 'must have one output per id', pg_catalog.cardinality(p_outputs)::text);
@@ -4767,23 +4793,31 @@ BEGIN
         RETURN v_acked;
     END IF;
     IF v_kids IS NOT NULL THEN
+        -- The cancelled workflows among these (a child is in its parent's workflow): their
+        -- children are counted, never released. A cancel that commits after this read has
+        -- marked its waiting steps cancelled, which the locking read below rechecks.
+        SELECT pg_catalog.array_agg(w.id) INTO v_cancelled
+          FROM lonnymq_workflow w WHERE w.id = ANY (v_flows) AND w.state = 'cancelled';
         -- The waiting children, locked in id order: those whose last parents are done now
-        -- (released in one update each) and the others (their count lowered).
+        -- (released in one update each) and the others (their count lowered). Reached by
+        -- their ids ("= ANY") and matched to their counts by a hash or merge join: a generic
+        -- plan made while the tables looked small joined them in a nested loop, which read
+        -- the children once per child (a 1,000-child release took 20 to 60 ms).
         SELECT pg_catalog.array_agg(x.id ORDER BY x.id) FILTER (WHERE x.ready),
                pg_catalog.array_agg(x.id ORDER BY x.id) FILTER (WHERE NOT x.ready),
                pg_catalog.array_agg(x.n ORDER BY x.id) FILTER (WHERE NOT x.ready)
           INTO v_ready, v_lower, v_lower_n
-          FROM (SELECT s.id, c.n, s.pending = c.n AND w.state <> 'cancelled' AS ready
-                  FROM (SELECT k.id, pg_catalog.count(*)::integer AS n
-                          FROM pg_catalog.unnest(v_kids) AS k(id) GROUP BY k.id) c
-                  JOIN lonnymq_workflow_step s ON s.id = c.id
-                  JOIN lonnymq_workflow w ON w.id = s.workflow_id
-                 WHERE s.state = 'waiting'
+          FROM (SELECT s.id, c.n,
+                       s.pending = c.n AND (v_cancelled IS NULL OR s.workflow_id <> ALL (v_cancelled)) AS ready
+                  FROM lonnymq_workflow_step s
+                  JOIN (SELECT k.id, pg_catalog.count(*)::integer AS n
+                          FROM pg_catalog.unnest(v_kids) AS k(id) GROUP BY k.id) c ON c.id = s.id
+                 WHERE s.id = ANY (v_kids) AND s.state = 'waiting'
                  ORDER BY s.id FOR UPDATE OF s) x;
         IF v_lower IS NOT NULL THEN
             UPDATE lonnymq_workflow_step s SET pending = s.pending - u.n
               FROM ROWS FROM (pg_catalog.unnest(v_lower), pg_catalog.unnest(v_lower_n)) AS u(id, n)
-             WHERE s.id = u.id;
+             WHERE s.id = ANY (v_lower) AND s.id = u.id;
         END IF;
         IF v_ready IS NOT NULL THEN
             PERFORM lonnymq_workflow_release_v2(v_ready, p_tolerance_ms);
@@ -4798,7 +4832,7 @@ BEGIN
            finished_at = CASE WHEN w.state = 'running' AND w.remaining = d.n THEN pg_catalog.now() ELSE w.finished_at END
       FROM (SELECT f.workflow_id, pg_catalog.count(*)::integer AS n
               FROM pg_catalog.unnest(v_flows) AS f(workflow_id) GROUP BY f.workflow_id) d
-     WHERE w.id = d.workflow_id;
+     WHERE w.id = ANY (v_flows) AND w.id = d.workflow_id;
     RETURN v_acked;
 END
 $$;
@@ -4811,6 +4845,8 @@ CREATE FUNCTION lonnymq_workflow_inputs_v1(p_ids bigint[])
 RETURNS TABLE (id bigint, name text, outputs jsonb)
 LANGUAGE plpgsql VOLATILE
 SET search_path FROM CURRENT
+SET enable_seqscan = off
+SET jit = off
 AS $$
 BEGIN
     -- A batch without steps (NULL): nothing to read (plpgsql: its plan is kept per session).
