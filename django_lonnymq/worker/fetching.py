@@ -58,6 +58,9 @@ class Fetcher:
         self.stats = stats
         self._turn = 0
         self._idle_backoff = 0.0
+        # The last fetch got some messages but fewer than it asked for: the queues held no more
+        # that were ready for this worker when it ran.
+        self.came_short = False
         # A queue whose dequeue fails waits until then (monotonic), others are served meanwhile.
         self._retry_at: dict[str, float] = {}
         self._backoff: dict[str, float] = {}
@@ -115,6 +118,7 @@ class Fetcher:
         if got:
             self.leases.fetched()
             self._idle_backoff = 0.0
+        self.came_short = 0 < got < want
         return got
 
     def _dequeue_failed(self, queue_name: str, exc: BaseException) -> None:

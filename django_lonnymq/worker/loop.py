@@ -38,6 +38,12 @@ from .waiting import Waiter
 
 logger = logging.getLogger("django_lonnymq.worker")
 
+# After a fetch that got fewer messages than it asked for, the longest the worker waits for a
+# finished handler or a notification before it fetches again (seconds): the first step of the
+# backoff after an empty fetch (Fetcher.idle_wait), so a message that becomes ready unnotified
+# (a delay or a rate's token coming due) waits no longer than it would after an empty fetch.
+SHORT_FETCH_WAIT = 0.005
+
 
 class Worker(StopOnSignal):
     """Serves one or more queues until stopped, ``max_messages`` ran, or (``burst``) idle."""
@@ -228,6 +234,12 @@ class Worker(StopOnSignal):
                 # Housekeeping after the fetch: a message that woke us starts before it.
                 self._maintain()
                 if got:
+                    if fetcher.came_short:
+                        # Fewer were ready than asked: a fetch now would most likely come back
+                        # empty and hold up the ack of what just started (a workflow's root,
+                        # whose ack releases its children). Wait for a finished handler or a
+                        # notification first, at most as long as the first idle backoff.
+                        self._wait(min(self._due_in(), SHORT_FETCH_WAIT))
                     continue
                 if wanted and free > 0:
                     self.stats.empty_fetches += 1
