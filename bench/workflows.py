@@ -11,7 +11,9 @@
    - *the SQL calls alone*: the start's one statement (its arrays in binary, as
      ``Workflow.start()`` sends them) against one ``lonnymq_enqueue_many_v1`` whose payloads
      the server fills in (``array_fill``: no payload crosses the wire); wall time from the
-     call, and from its commit (its return), until the last step is done.
+     call, and from its commit (its return), until the last step is done; and where the
+     workflow's time went, from its steps' ``finished_at`` (the start, the root's hop, the
+     release in its ack, the parts, the merge's hop).
 2. **Chain latency**: a chain of ``--chain`` steps (queue ``bench_step``, no-op): from a
    parent's ack (the child's ``released_at``, written by that ack) to the child's start,
    against the enqueue-to-start latency of single messages enqueued one at a time into an
@@ -113,6 +115,7 @@ def fan(url: str, rounds: int, width: int) -> dict[str, list[float]]:
     conn = core.connect(url)
     worker = core.start_worker(url, "bench", "--concurrency", "4", "--batch-size", "50")
     flows, plain, flows_after, plain_after = [], [], [], []
+    phases: list[dict[str, float]] = []
     api_flows, api_plain = [], []
     # The arrays in binary, as Workflow.start() sends them (db.rows(..., arrays=True)).
     start_sql = sql.binary_arrays(sql.query("workflow_start"))
@@ -131,6 +134,7 @@ def fan(url: str, rounds: int, width: int) -> dict[str, list[float]]:
             end = wait_empty(conn, DONE_FLOW)
             flows.append(end - start)
             flows_after.append(end - committed)
+            phases.append(timeline(conn, start, committed, end))
             tidy(conn)
             start = time.perf_counter()
             conn.execute(
@@ -146,7 +150,32 @@ def fan(url: str, rounds: int, width: int) -> dict[str, list[float]]:
         worker.stop()
         conn.close()
     return {"api_flows": api_flows, "api_plain": api_plain, "flows": flows, "plain": plain,
-            "flows_after": flows_after, "plain_after": plain_after}  # fmt: skip
+            "flows_after": flows_after, "plain_after": plain_after, "phases": phases}  # fmt: skip
+
+
+PHASES = {
+    "start": "the start's call, to its commit",
+    "to the root's ack": "its commit, to the root's ack (a wake-up, a dequeue, the handler)",
+    "root's ack to the first part's": "the root's ack (the release of the parts), to the first part's ack",
+    "the parts": "the first part's ack, to the last part's",
+    "the merge's hop": "the last part's ack (the merge's release), to the merge's ack",
+    "seen done": "the merge's ack, to this process seeing the workflow done",
+}
+
+
+def timeline(conn, start: float, committed: float, end: float) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """Where one SQL-only workflow's time went, from its steps' finished_at (each the start of
+    the transaction of the ack that finished it) against this process's clock."""
+    wall, perf = time.time(), time.perf_counter()
+    root, first, last, merge = conn.execute(
+        "SELECT extract(epoch FROM max(finished_at) FILTER (WHERE name = 'root'))::float8,"
+        " extract(epoch FROM min(finished_at) FILTER (WHERE name LIKE 'p%%'))::float8,"
+        " extract(epoch FROM max(finished_at) FILTER (WHERE name LIKE 'p%%'))::float8,"
+        " extract(epoch FROM max(finished_at) FILTER (WHERE name = 'merge'))::float8 FROM lonnymq_workflow_step"
+    ).fetchone()
+    committed_at, end_at = wall - (perf - committed), wall - (perf - end)
+    return dict(zip(PHASES, [committed - start, root - committed_at, first - root, last - first,
+                             merge - last, end_at - merge], strict=True))  # fmt: skip
 
 
 def chain_latency(url: str, length: int, singles: int) -> tuple[list[float], list[float]]:
@@ -235,6 +264,9 @@ def main() -> None:
         print(f"1 -> {args.width} -> 1 workflow against {args.width + 2} independent messages, {label}: "
               f"median {mf:.3f}s against {mp:.3f}s; ratio {mf / mp:.2f} "
               f"(runs: {[round(x, 3) for x in flows]} vs {[round(x, 3) for x in plain]})")  # fmt: skip
+    print("where a workflow's time went (the SQL calls alone; medians, ms):")
+    for key, what in PHASES.items():
+        print(f"  {key:32s} {1000 * statistics.median(p[key] for p in runs['phases']):7.1f}  ({what})")
     chain, idle = chain_latency(args.database_url, args.chain, args.singles)
     mc, mi = statistics.median(chain), statistics.median(idle)
     print(f"chain of {args.chain}: parent ack -> child start median {mc * 1000:.1f} ms (p90 "
