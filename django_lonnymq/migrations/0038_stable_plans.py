@@ -1,8 +1,9 @@
 """Plans that do not depend on how big the tables looked when they were made: the calls a
 worker makes for every batch (the dequeues, the acks, the workflow release and inputs) plan
 without sequential scans or JIT, and ``lonnymq_workflow_ack_v2`` matches children to their
-counts without a nested loop; from sql/migrations/0038_stable_plans.up.sql. The reverse
-reinstalls the six functions as the migrations before left them.
+counts without a nested loop; from sql/migrations/0038_stable_plans.{up,down}.sql. The reverse
+reinstalls the six functions as the migrations before left them, then gives
+``lonnymq_ack_v1`` back the generic plans 0020 set on it with an ALTER FUNCTION.
 """
 
 from django.db import migrations
@@ -34,6 +35,9 @@ class Migration(migrations.Migration):
     operations = [
         migrations.RunSQL(
             sql=sql.migration("0038_stable_plans"),
-            reverse_sql=PIN_SEARCH_PATH + sql.restore_previous("0038_stable_plans", *REPLACED),
+            reverse_sql=PIN_SEARCH_PATH
+            + sql.restore_previous("0038_stable_plans", *REPLACED)
+            + "\n"
+            + sql.migration("0038_stable_plans", "down"),
         ),
     ]

@@ -99,6 +99,7 @@ RELEASED = {
     "0036_channel_without_fk.up.sql": "7676773deb6a2015c27c0f177e0c287d7c9a3eeb8fa78c16801c86cbb3676419",
     "0037_workflow_lean.down.sql": "c43dda3613b77156b5fe0fbdc5ee0e07586c6d722961c6cffc775509f1299b6e",
     "0037_workflow_lean.up.sql": "48867d9edc24fcac2996cc07dde6d1fd8d6f9d2f3282601174c598d1f933ad27",
+    "0038_stable_plans.down.sql": "34d29fbb9576f851a62b6be58990633989783f2dcf041738f1e922564d5c78ef",
     "0038_stable_plans.up.sql": "a2c6bbd911fdce18e055dbcfe9c39882af378212794a2bba1cec8b0b66d3bbc6",
 }
 
