@@ -79,7 +79,11 @@ def database_url() -> str:
 def _from_docker() -> str | None:
     try:
         import docker  # testcontainers' client
-        from testcontainers.postgres import PostgresContainer
+
+        try:  # testcontainers 4.15 moved the module (the old path warns it is deprecated)
+            from testcontainers.community.postgres import PostgresContainer
+        except ImportError:
+            from testcontainers.postgres import PostgresContainer  # type: ignore[no-redef]
 
         docker.from_env(timeout=3).ping()
     except Exception:
