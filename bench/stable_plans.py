@@ -32,7 +32,7 @@ from django_lonnymq import sql
 
 from . import core
 from .sql_ab import build, migrations, with_suffix
-from .workflows import start_params
+from .workflows import fan_steps, start_params
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/lq_bench_plans"
 BASE = "0037_workflow_lean"
@@ -94,10 +94,6 @@ def ack(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> None:
     )  # fmt: skip
 
 
-def fan(width: int) -> list[tuple[str, list[int]]]:
-    return [("root", [])] + [(f"p{i}", [1]) for i in range(width)] + [("merge", list(range(2, width + 2)))]
-
-
 def fan_round(url: str, width: int) -> float:
     """ms of the root's ack of a 1 -> width -> 1 workflow, planned on the statistics a VACUUM
     left when the tables held one finished workflow of that size (a worker's first ack after
@@ -108,7 +104,7 @@ def fan_round(url: str, width: int) -> float:
         conn.execute(
             "TRUNCATE lonnymq_message, lonnymq_dead_message, lonnymq_channel, lonnymq_wake, lonnymq_dedup"
         )
-        conn.execute(start_sql, start_params(QUEUE, fan(width)))
+        conn.execute(start_sql, start_params(QUEUE, fan_steps(width)))
         while rows := dequeue(conn, 1000):
             ack(conn, rows)
         conn.execute("VACUUM lonnymq_message, lonnymq_channel, lonnymq_workflow, lonnymq_workflow_step")
@@ -117,11 +113,11 @@ def fan_round(url: str, width: int) -> float:
         # A worker's session: many acks before this one, so PostgreSQL has moved the ack's
         # statements to their generic plans (after five custom ones).
         for _ in range(4):
-            conn.execute(start_sql, start_params(QUEUE, fan(2)))
+            conn.execute(start_sql, start_params(QUEUE, fan_steps(2)))
             while rows := dequeue(conn, 1):
                 ack(conn, rows)
         conn.execute("DELETE FROM lonnymq_workflow")
-        conn.execute(start_sql, start_params(QUEUE, fan(width)))
+        conn.execute(start_sql, start_params(QUEUE, fan_steps(width)))
         [root] = dequeue(conn, 1000)
         start = time.perf_counter()
         ack(conn, [root])

@@ -55,6 +55,11 @@ def start_params(queue: str, steps: list[tuple[str, list[int]]]) -> dict[str, ob
     }  # fmt: skip
 
 
+def fan_steps(width: int) -> list[tuple[str, list[int]]]:
+    """A 1 -> width -> 1 workflow's steps for start_params: root, the parts, merge."""
+    return [("root", [])] + [(f"p{i}", [1]) for i in range(width)] + [("merge", list(range(2, width + 2)))]
+
+
 def wait_empty(conn, what: str, timeout: float = 300) -> float:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -119,7 +124,7 @@ def fan(url: str, rounds: int, width: int) -> dict[str, list[float]]:
     api_flows, api_plain = [], []
     # The arrays in binary, as Workflow.start() sends them (db.rows(..., arrays=True)).
     start_sql = sql.binary_arrays(sql.query("workflow_start"))
-    steps = [("root", [])] + [(f"p{i}", [1]) for i in range(width)] + [("merge", list(range(2, width + 2)))]
+    steps = fan_steps(width)
     try:
         worker.wait_for("lonnymq worker")
         time.sleep(2)  # its LISTEN and first dequeue
