@@ -10,6 +10,10 @@ between the two databases (``--database-url`` with ``_base`` / ``_live`` appende
   dequeues it (its plans are made), then ``--messages`` are enqueued in one channel; the
   time of that session's dequeue of 50 (rolled back, 7 times, median) against a new
   session's, which plans on the big table;
+* **a held message's calls** (0039): the same one-row start, the session also runs each of
+  the heartbeat (extend 50 leases), a retry (fail one), a snooze (one) and a release (give
+  back 50) on it, then the same backlog comes and each is timed on a dequeued batch (rolled
+  back, 7 times, median);
 * **fan-out root ack**: a 1 -> ``--width`` -> 1 workflow run through, the tables vacuumed
   (as an autovacuum would), the workflow deleted; then a session that has acked the steps of
   a few small workflows (so its acks run on generic plans, as a worker's do) starts another
@@ -86,6 +90,56 @@ def dequeue_round(url: str, messages: int) -> tuple[float, float]:
             early.close()
 
 
+RETRY = {"error": "e", "backoff_base_ms": 1000, "backoff_max_ms": 60_000, "tolerance_ms": 0}
+HELD_CALLS: dict[str, Any] = {
+    "heartbeat of 50": lambda conn, rows: conn.execute(
+        sql.query("extend"), {"ids": [r[0] for r in rows], "tokens": [r[8] for r in rows], "lease_ms": 60_000}
+    ),
+    "retry of 1": lambda conn, rows: conn.execute(
+        sql.query("fail"),
+        {"id": rows[0][0], "token": rows[0][8], "retry_delay_ms": 10, "reason": "failed", **RETRY},
+    ),
+    "snooze of 1": lambda conn, rows: conn.execute(
+        sql.query("snooze"),
+        {"id": rows[0][0], "token": rows[0][8], "delay_ms": 10, "max_snoozes": 5, **RETRY},
+    ),
+    "release of 50": lambda conn, rows: conn.execute(
+        sql.query("release"), {"ids": [r[0] for r in rows], "tokens": [r[8] for r in rows], "tolerance_ms": 0}
+    ),
+}
+
+
+def held_call_ms(conn: psycopg.Connection[Any], call: Any) -> float:
+    """One call on a freshly dequeued batch of 50, rolled back each time: median ms of 7."""
+    times = []
+    for _ in range(7):
+        conn.execute("BEGIN")
+        rows = dequeue(conn, 50)
+        start = time.perf_counter()
+        call(conn, rows)
+        times.append((time.perf_counter() - start) * 1000)
+        conn.execute("ROLLBACK")
+    return statistics.median(times)
+
+
+def held_round(url: str, messages: int) -> dict[str, float]:
+    """ms of each held-message call, in a session that planned them on a one-row table."""
+    with core.connect(url) as admin:
+        admin.execute(
+            "TRUNCATE lonnymq_message, lonnymq_dead_message, lonnymq_channel, lonnymq_wake, lonnymq_dedup"
+        )
+        admin.execute("VACUUM lonnymq_message, lonnymq_channel, lonnymq_dead_message")
+        with core.connect(url) as early:
+            enqueue(admin, 1)
+            for call in HELD_CALLS.values():
+                for _ in range(7):  # past the five custom plans
+                    early.execute("BEGIN")
+                    call(early, dequeue(early, 50))
+                    early.execute("ROLLBACK")
+            enqueue(admin, messages)
+            return {name: held_call_ms(early, call) for name, call in HELD_CALLS.items()}
+
+
 def ack(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> None:
     conn.execute(
         sql.query("workflow_ack"),
@@ -143,6 +197,8 @@ def main() -> None:
             early, late = dequeue_round(url, args.messages)
             results.setdefault((side, "early"), []).append(early)
             results.setdefault((side, "late"), []).append(late)
+            for name, ms in held_round(url, args.messages).items():
+                results.setdefault((side, name), []).append(ms)
             for width in widths:
                 results.setdefault((side, f"fan {width}"), []).append(fan_round(url, width))
         print(f"round {n + 1}/{args.rounds} done", flush=True)
@@ -160,6 +216,10 @@ def main() -> None:
     print(
         f"| dequeue 50 of {args.messages:,}, planned on the backlog | {cell('base', 'late')} | {cell('live', 'late')} |"
     )
+    for name in HELD_CALLS:
+        print(
+            f"| {name} (of {args.messages:,}), planned on one row | {cell('base', name)} | {cell('live', name)} |"
+        )
     for width in widths:
         print(f"| root ack releasing {width:,}, planned on one workflow's statistics | {cell('base', f'fan {width}')} | {cell('live', f'fan {width}')} |")  # fmt: skip
 

@@ -656,6 +656,8 @@ CREATE FUNCTION lonnymq_wake_v1(p_channel_id bigint, p_dequeue_at bigint, p_tole
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
+SET enable_seqscan = off
+SET jit = off
 AS $$
 BEGIN
     IF pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
@@ -2242,6 +2244,8 @@ CREATE FUNCTION lonnymq_extend_v2(p_ids bigint[], p_tokens uuid[], p_lease_ms bi
 RETURNS TABLE (id bigint, cancel_requested boolean)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
+SET enable_seqscan = off
+SET jit = off
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -2264,6 +2268,8 @@ $$;
 CREATE FUNCTION lonnymq_bury_v1(p_ids bigint[], p_reason text, p_error text) RETURNS integer
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
+SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     v_slots bigint[];
@@ -2304,6 +2310,8 @@ CREATE FUNCTION lonnymq_unlease_v1(
 ) RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
+SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     v_slots     bigint[];
@@ -2330,7 +2338,7 @@ BEGIN
            attempts = CASE WHEN p_uncount THEN greatest(m.attempts - 1, 0) ELSE m.attempts END,
            last_error = coalesce(p_error, m.last_error)
       FROM ROWS FROM (pg_catalog.unnest(p_ids), pg_catalog.unnest(p_dequeue_ats)) AS u(id, dequeue_at)
-     WHERE m.id = u.id;
+     WHERE m.id = ANY (p_ids) AND m.id = u.id;
     IF v_slots IS NOT NULL THEN
         PERFORM lonnymq_give_back_slots_v1(v_slots);
     END IF;
@@ -2369,6 +2377,8 @@ CREATE FUNCTION lonnymq_fail_v2(
 ) RETURNS text
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
+SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     v_msg   record;
@@ -2429,6 +2439,8 @@ CREATE FUNCTION lonnymq_snooze_v1(
 ) RETURNS text
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
+SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     v_msg record;
@@ -2468,6 +2480,8 @@ CREATE FUNCTION lonnymq_release_v1(p_ids bigint[], p_tokens uuid[], p_tolerance_
 RETURNS bigint[]
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
+SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     v_ids bigint[];

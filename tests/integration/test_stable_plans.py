@@ -1,5 +1,5 @@
 """The plans of the calls a worker makes for every batch do not depend on how big the tables
-looked when they were made (migration 0038; docs/performance.md, "Plans made on a small
+looked when they were made (migrations 0038 and 0039; docs/performance.md, "Plans made on a small
 table"). A worker's generic plans last its session, until the table's next VACUUM or
 ANALYZE: a dequeue or an ack planned while the message table held one row must still reach
 messages through an index when it holds thousands, and a fan-out's ack must not match the
@@ -9,6 +9,8 @@ The plans are the ones the session made and kept, read with auto_explain as they
 """
 
 from __future__ import annotations
+
+import re
 
 import psycopg
 import pytest
@@ -20,12 +22,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 QUEUE = "t_plans"
 
 
-def plans_while(conn: psycopg.Connection, run) -> str:  # type: ignore[no-untyped-def]
-    """Every plan (nested statements included) executed while ``run(conn)`` runs, as text."""
+def plans_while(conn: psycopg.Connection, run, analyze: bool = False) -> str:  # type: ignore[no-untyped-def]
+    """Every plan (nested statements included) executed while ``run(conn)`` runs, as text;
+    with ``analyze``, each node says how many rows it read."""
     notices: list[str] = []
     conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
     conn.execute("LOAD 'auto_explain'")
     conn.execute("SET auto_explain.log_nested_statements = on")
+    conn.execute(f"SET auto_explain.log_analyze = {'on' if analyze else 'off'}")
     conn.execute("SET auto_explain.log_min_duration = 0")
     conn.execute("SET client_min_messages = log")
     try:
@@ -72,6 +76,68 @@ def test_a_dequeue_and_an_ack_planned_on_a_one_row_table_use_the_index_on_thousa
     assert len(batch) == 50
     assert "lonnymq_message" in plans
     assert "Seq Scan on lonnymq_message" not in plans, plans
+
+
+SCAN = re.compile(r"Scan[^\n]* on lonnymq_message [^\n]*actual time=\S+ rows=(\d+) loops=(\d+)")
+
+
+def most_rows_read(plans: str) -> int:
+    """The most rows any one scan of the message table returned, all its loops together."""
+    read = [int(rows) * int(loops) for rows, loops in SCAN.findall(plans)]
+    assert read, plans  # the message table was read
+    return max(read)
+
+
+HELD_CALLS = {
+    "heartbeat": lambda conn, rows: conn.execute(
+        sql.query("extend"), {"ids": [r[0] for r in rows], "tokens": [r[8] for r in rows], "lease_ms": 60_000}
+    ),
+    "retry": lambda conn, rows: conn.execute(
+        sql.query("fail"),
+        {"id": rows[0][0], "token": rows[0][8], "error": "e", "retry_delay_ms": 10, "reason": "failed",
+         "backoff_base_ms": 1000, "backoff_max_ms": 60_000, "tolerance_ms": 0},
+    ),
+    "discard": lambda conn, rows: conn.execute(
+        sql.query("fail"),
+        {"id": rows[0][0], "token": rows[0][8], "error": "e", "retry_delay_ms": None, "reason": "discarded",
+         "backoff_base_ms": 1000, "backoff_max_ms": 60_000, "tolerance_ms": 0},
+    ),
+    "snooze": lambda conn, rows: conn.execute(
+        sql.query("snooze"),
+        {"id": rows[0][0], "token": rows[0][8], "delay_ms": 10, "max_snoozes": 5,
+         "backoff_base_ms": 1000, "backoff_max_ms": 60_000, "tolerance_ms": 0},
+    ),
+    "release": lambda conn, rows: conn.execute(
+        sql.query("release"), {"ids": [r[0] for r in rows], "tokens": [r[8] for r in rows], "tolerance_ms": 0}
+    ),
+}  # fmt: skip
+
+
+def test_the_calls_on_held_messages_planned_on_a_one_row_table_read_only_those_on_thousands(connect):
+    """The heartbeat, a retry, a discard, a snooze and a worker's release (migration 0039):
+    planned while the table held one row, each read the whole table once it held thousands."""
+    worker = connect()
+    vacuum_empty(worker, "lonnymq_message")
+    api.enqueue(QUEUE, {"n": 0})
+
+    def lease_and(call, conn: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
+        conn.execute("BEGIN")
+        try:
+            rows = dequeue(conn, 50)
+            assert rows
+            call(conn, rows)
+        finally:
+            conn.execute("ROLLBACK")
+
+    # Past the five custom plans PostgreSQL makes before it keeps a generic one.
+    for call in HELD_CALLS.values():
+        for _ in range(7):
+            lease_and(call, worker)
+    api.enqueue_many(QUEUE, [{"n": n} for n in range(5_000)])
+    for name, call in HELD_CALLS.items():
+        plans = plans_while(worker, lambda conn, call=call: lease_and(call, conn), analyze=True)
+        assert "Seq Scan on lonnymq_message" not in plans, (name, plans)
+        assert most_rows_read(plans) <= 100, (name, plans)
 
 
 def fan_out(width: int) -> int:

@@ -101,6 +101,7 @@ RELEASED = {
     "0037_workflow_lean.up.sql": "48867d9edc24fcac2996cc07dde6d1fd8d6f9d2f3282601174c598d1f933ad27",
     "0038_stable_plans.down.sql": "34d29fbb9576f851a62b6be58990633989783f2dcf041738f1e922564d5c78ef",
     "0038_stable_plans.up.sql": "a2c6bbd911fdce18e055dbcfe9c39882af378212794a2bba1cec8b0b66d3bbc6",
+    "0039_stable_plans_held.up.sql": "414f8ecad9ab906dd6b0d7a3d77b081257221a3bfedb78344ec5547d8e513e7b",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
