@@ -128,6 +128,26 @@ class ChannelGone(LonnyMQError):
     transaction: the retry creates the channel again."""
 
 
+class LockTableFull(LonnyMQError):
+    """The server's lock table is full (SQLSTATE 53200, "out of shared memory"): every write
+    into a channel holds one advisory lock until its transaction ends, so a transaction that
+    writes to thousands of channels, or a few such at once, can use up the slots
+    ``max_locks_per_transaction`` gives the whole server. The transaction is aborted and
+    nothing it wrote stays. Write to fewer channels per transaction (docs/scaling.md, "Many
+    channels in one transaction"), or raise ``max_locks_per_transaction``."""
+
+    def __init__(self, detail: str):
+        self.detail = detail
+        super().__init__(
+            f"the database server's lock table is full ({detail}): each channel a transaction writes "
+            "to holds one advisory lock until it ends, and the server has "
+            "max_locks_per_transaction x (max_connections + max_prepared_transactions) of them "
+            "for every session together; the transaction is aborted: write to fewer channels per "
+            "transaction (docs/scaling.md, 'Many channels in one transaction'), or raise "
+            "max_locks_per_transaction"
+        )
+
+
 class UnsupportedIsolation(LonnyMQError):
     """The operation needs READ COMMITTED."""
 
@@ -297,6 +317,8 @@ def translate(exc: BaseException) -> LonnyMQError | None:
         if kind is PriorityWithSchedule:
             return PriorityWithSchedule("priority", "cannot be combined with a future run time", message=text)
         return kind(text)
+    if sqlstate == "53200" and "max_locks_per_transaction" in (getattr(diag, "message_hint", None) or ""):
+        return LockTableFull(text)
     if sqlstate in _UNDEFINED and _OURS.search(text):
         return SchemaMissing(text)
     if sqlstate == "LQ260":

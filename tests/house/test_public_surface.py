@@ -50,8 +50,8 @@ DOCUMENTED = {
     "django_lonnymq.rates": ["Rate"],
     "django_lonnymq.logs": ["Formatter", "LOGGER", "build_formatter", "configure_console"],
     "django_lonnymq.exceptions": [
-        "ChannelGone", "Discard", "HandlerCancelled", "HandlerTimeout", "InvalidArgument", "LeaseLost", "LonnyMQError",
-        "MessageNotFound", "NoHandler", "PayloadError", "PlanInUse", "PriorityWithSchedule", "Retry", "SchemaMissing",
+        "ChannelGone", "Discard", "HandlerCancelled", "HandlerTimeout", "InvalidArgument", "LeaseLost", "LockTableFull",
+        "LonnyMQError", "MessageNotFound", "NoHandler", "PayloadError", "PlanInUse", "PriorityWithSchedule", "Retry", "SchemaMissing",
         "Snooze", "UnknownMessage", "UnknownPlan", "UnknownTask", "UnsupportedIsolation", "WorkerInterrupted",
         "WorkflowCancelled",
     ],
