@@ -130,8 +130,9 @@ class ChannelGone(LonnyMQError):
 
 class LockTableFull(LonnyMQError):
     """The server's lock table is full (SQLSTATE 53200, "out of shared memory"): every write
-    into a channel holds one advisory lock until its transaction ends, so a transaction that
-    writes to thousands of channels, or a few such at once, can use up the slots
+    into a channel holds an advisory lock until its transaction ends (a call into more than
+    64 channels: one per stripe, at most 1,024), so a transaction that makes thousands of
+    one-channel calls, or a few such at once, can use up the slots
     ``max_locks_per_transaction`` gives the whole server. The transaction is aborted and
     nothing it wrote stays. Write to fewer channels per transaction (docs/scaling.md, "Many
     channels in one transaction"), or raise ``max_locks_per_transaction``."""
@@ -140,7 +141,7 @@ class LockTableFull(LonnyMQError):
         self.detail = detail
         super().__init__(
             f"the database server's lock table is full ({detail}): each channel a transaction writes "
-            "to holds one advisory lock until it ends, and the server has "
+            "to holds an advisory lock (or its stripe's) until it ends, and the server has "
             "max_locks_per_transaction x (max_connections + max_prepared_transactions) of them "
             "for every session together; the transaction is aborted: write to fewer channels per "
             "transaction (docs/scaling.md, 'Many channels in one transaction'), or raise "

@@ -490,6 +490,40 @@ LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$ SELECT (p_channel_id % 2147483647::bigint)::integer $$;
 
+-- A third namespace, for channel stripes: a producer writing into more than 64 channels at
+-- once holds a shared lock per stripe (lonnymq_stripe_key_v1: the channel id modulo 1024)
+-- instead of one per channel, so it takes at most 1,024 slots of the server's lock table,
+-- which all sessions share (docs/locking.md, "Stripes"). Whoever parks or deletes a channel
+-- tries both exclusive locks, its own and its stripe's.
+CREATE FUNCTION lonnymq_stripe_lock_ns_v1() RETURNS integer
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT 1280135475 $$;
+
+CREATE FUNCTION lonnymq_stripe_key_v1(p_channel_id bigint) RETURNS integer
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT (p_channel_id % 1024::bigint)::integer $$;
+
+-- A producer's shared advisory locks on the channels it is about to write ready work into,
+-- held until its transaction ends, so that no dequeuer parks one of them meanwhile: one per
+-- channel for up to 64 channels, else one per stripe (see lonnymq_stripe_lock_ns_v1).
+CREATE FUNCTION lonnymq_lock_channels_v1(p_channel_ids bigint[]) RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF (SELECT pg_catalog.count(DISTINCT u.id) FROM pg_catalog.unnest(p_channel_ids) AS u(id)) <= 64 THEN
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(f.id))
+           FROM (SELECT DISTINCT u.id FROM pg_catalog.unnest(p_channel_ids) AS u(id)) f ORDER BY f.id;
+    ELSE
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_stripe_lock_ns_v1(), f.stripe)
+           FROM (SELECT DISTINCT lonnymq_stripe_key_v1(u.id) AS stripe
+                   FROM pg_catalog.unnest(p_channel_ids) AS u(id)) f ORDER BY f.stripe;
+    END IF;
+END
+$$;
+
 CREATE FUNCTION lonnymq_raise_invalid_v1(p_field text, p_rule text, p_value text)
 RETURNS void
 LANGUAGE plpgsql
@@ -1263,8 +1297,7 @@ BEGIN
         RAISE EXCEPTION 'a channel of queue % was created concurrently; retry the transaction', p_queue
             USING ERRCODE = '40001';
     END IF;
-    PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(f.id))
-       FROM pg_catalog.unnest(v_channel_ids) AS f(id) ORDER BY f.id;
+    PERFORM lonnymq_lock_channels_v1(v_channel_ids);
     PERFORM lonnymq_hold_channels_v1(v_channel_ids);
 
     -- One statement: stage the rows in memory with their ids drawn in input order (the sorted
@@ -2080,7 +2113,9 @@ BEGIN
         ELSIF v_head IS NULL OR greatest(v_head, v_floor) > v_floor + p_tolerance_ms THEN
             -- Parking the channel, or moving it far ahead: only when no enqueue into it is
             -- in flight, and only after a second look with a snapshot taken after the lock.
-            IF pg_catalog.pg_try_advisory_xact_lock(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_next_ids[i])) THEN
+            IF pg_catalog.pg_try_advisory_xact_lock(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_next_ids[i]))
+               AND pg_catalog.pg_try_advisory_xact_lock(lonnymq_stripe_lock_ns_v1(),
+                                                        lonnymq_stripe_key_v1(v_next_ids[i])) THEN
                 SELECT mm.dequeue_at INTO v_head FROM lonnymq_message mm
                  WHERE mm.channel_id = v_next_ids[i] AND mm.lease_until IS NULL
                  ORDER BY mm.dequeue_at, mm.id LIMIT 1;
@@ -3409,7 +3444,8 @@ BEGIN
     END IF;
     SELECT c.id INTO v_id FROM lonnymq_channel c WHERE c.id = p_id FOR UPDATE SKIP LOCKED;
     IF v_id IS NULL
-       OR NOT pg_catalog.pg_try_advisory_xact_lock(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(p_id)) THEN
+       OR NOT pg_catalog.pg_try_advisory_xact_lock(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(p_id))
+       OR NOT pg_catalog.pg_try_advisory_xact_lock(lonnymq_stripe_lock_ns_v1(), lonnymq_stripe_key_v1(p_id)) THEN
         RETURN 'busy';
     END IF;
     IF EXISTS (SELECT 1 FROM lonnymq_message m WHERE m.channel_id = p_id AND m.lease_until IS NULL)
@@ -3491,7 +3527,8 @@ BEGIN
                AND NOT EXISTS (SELECT 1 FROM lonnymq_dedup d WHERE d.channel_id = c.id)
              LIMIT p_limit
                FOR UPDATE OF c SKIP LOCKED) k
-     WHERE pg_catalog.pg_try_advisory_xact_lock(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(k.id));
+     WHERE pg_catalog.pg_try_advisory_xact_lock(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(k.id))
+       AND pg_catalog.pg_try_advisory_xact_lock(lonnymq_stripe_lock_ns_v1(), lonnymq_stripe_key_v1(k.id));
     IF v_locked IS NULL THEN
         RETURN 0;
     END IF;
@@ -4719,12 +4756,11 @@ BEGIN
         v_channels := v_channels OPERATOR(pg_catalog.||) v_group.channel;
         v_ids := v_ids OPERATOR(pg_catalog.||) lonnymq_channel_id_v1(v_group.queue, v_group.channel);
         v_delays := v_delays OPERATOR(pg_catalog.||) v_group.delay_ms;
-        PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(),
-                                                       lonnymq_lock_key_v1(v_ids[pg_catalog.cardinality(v_ids)]));
     END LOOP;
     IF pg_catalog.cardinality(v_ids) = 0 THEN
         RETURN 0;
     END IF;
+    PERFORM lonnymq_lock_channels_v1(v_ids);
     PERFORM lonnymq_hold_channels_v1(v_ids);
     WITH released AS (
         UPDATE lonnymq_workflow_step s

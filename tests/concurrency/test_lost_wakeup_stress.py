@@ -416,6 +416,50 @@ def test_busy_channel_drained_while_the_producer_is_open(
     assert q.check(observer, 0) == []
 
 
+def _enqueue_many_v2(conn: psycopg.Connection[Any], queue: str, channels: list[str]) -> list[int]:
+    """The app's bulk enqueue (lonnymq_enqueue_many_v2), every other argument its default."""
+    row = conn.execute(
+        "SELECT lonnymq_enqueue_many_v2(%s, %s::text[], %s::jsonb[])",
+        [queue, channels, ['{"late": true}'] * len(channels)],
+    ).fetchone()
+    assert row is not None
+    return [int(i) for i in row[0]]
+
+
+@pytest.mark.parametrize("channels", [10, 300], ids=["channel locks", "stripe locks"])
+def test_busy_channel_drained_while_a_bulk_producer_is_open(
+    connect: Callable[..., psycopg.Connection[Any]], channels: int
+) -> None:
+    """(2c) As (2), the late message coming from a bulk enqueue into many channels: past 64
+    channels it holds one shared lock per stripe instead of one per channel (migration
+    0040), and the dequeuer must still never park the channel while it is open."""
+    producer, dequeuer, observer = connect(autocommit=False), connect(), connect()
+    queue = f"s2c{channels}"
+    early = [q.enqueue(observer, queue, "busy", {"n": i}) for i in range(3)]
+    q.apply_marks(observer, queue)
+    assert q.channel_state(observer, queue, "busy")["next_dequeue_at"] is not None
+
+    names = ["busy"] + [f"other-{i}" for i in range(channels - 1)]
+    late = _enqueue_many_v2(producer, queue, names)
+    pid = producer.info.backend_pid
+    stripes, own = observer.execute(
+        "SELECT count(*) FILTER (WHERE classid = 1280135475), count(*) FILTER (WHERE classid = 1280135473)"
+        " FROM pg_locks WHERE locktype = 'advisory' AND pid = %s",
+        [pid],
+    ).fetchone()
+    assert (stripes, own) == ((0, channels) if channels <= 64 else (min(channels, 1024), 0))
+
+    got = _drain(dequeuer, queue, expect=3)
+    assert got == early
+    for _ in range(5):
+        time.sleep(0.03)
+        assert q.dequeue(dequeuer, queue, 10) == []
+        assert q.channel_state(observer, queue, "busy")["next_dequeue_at"] is not None
+    producer.commit()
+    assert sorted(_drain(dequeuer, queue, expect=channels)) == sorted(late)
+    assert q.check(observer, 0) == []
+
+
 def test_busy_channel_producer_rolls_back_and_the_channel_parks(
     connect: Callable[..., psycopg.Connection[Any]],
 ) -> None:

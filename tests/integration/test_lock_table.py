@@ -1,7 +1,8 @@
-"""A transaction that writes to many channels holds one advisory lock per channel until it
-ends, from a lock table the whole server shares (docs/scaling.md, "Many channels in one
-transaction"). When that table is full the call fails with a typed error that says so and
-what to do, and nothing it wrote stays.
+"""A transaction that writes to many channels holds advisory locks until it ends, from a
+lock table the whole server shares (docs/scaling.md, "Many channels in one transaction"):
+one per channel, or past 64 channels in one call one per stripe (at most 1,024). When that
+table is full the call fails with a typed error that says so and what to do, and nothing
+it wrote stays.
 
 The table is filled by another session holding plain advisory locks, as another producer's
 bulk transaction would, then emptied again before the test ends.
@@ -64,3 +65,29 @@ def test_a_write_to_many_channels_when_the_lock_table_is_full_raises_lock_table_
     # With the other session's locks gone, the same call goes through.
     ids = api.enqueue_many(QUEUE, [Item({"n": n}, channel=f"tenant-{n}") for n in range(2 * CHUNK)])
     assert len(ids) == 2 * CHUNK
+
+
+def test_a_bulk_enqueue_into_thousands_of_channels_holds_at_most_one_lock_per_stripe(connect):
+    """Two enqueue_many() of 5,000 channels each, open at once, hold 1,024 advisory locks each
+    (one per stripe), not 5,000: together they fit a default server's table many times."""
+    producers = [connect(autocommit=False) for _ in range(2)]
+    watcher = connect()
+    try:
+        for n, conn in enumerate(producers):
+            conn.execute(
+                "SELECT lonnymq_enqueue_many_v2(%s, array(SELECT %s || g FROM generate_series(1, 5000) g),"
+                " array_fill('{}'::jsonb, ARRAY[5000]))",
+                [QUEUE, f"p{n}-"],
+            )
+        for conn in producers:
+            held = watcher.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = %s",
+                [conn.info.backend_pid],
+            ).fetchone()[0]
+            assert held == 1024
+        for conn in producers:
+            conn.commit()
+    finally:
+        for conn in producers:
+            conn.rollback()
+    assert Message.objects.filter(channel__queue=QUEUE).count() == 10_000

@@ -102,6 +102,8 @@ RELEASED = {
     "0038_stable_plans.down.sql": "34d29fbb9576f851a62b6be58990633989783f2dcf041738f1e922564d5c78ef",
     "0038_stable_plans.up.sql": "a2c6bbd911fdce18e055dbcfe9c39882af378212794a2bba1cec8b0b66d3bbc6",
     "0039_stable_plans_held.up.sql": "414f8ecad9ab906dd6b0d7a3d77b081257221a3bfedb78344ec5547d8e513e7b",
+    "0040_channel_stripes.down.sql": "2a93e07074c22c182c88dfa4bb3ceac62b0114c13ae37ae0b24d30c66c9d7ccb",
+    "0040_channel_stripes.up.sql": "caf27052bc8520e66dea8cc627c553e20d98d84b209629e75b80aa945ca49079",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
