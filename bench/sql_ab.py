@@ -7,6 +7,9 @@ the same work runs on each:
 
 * enqueue 1: ``--singles`` single enqueues, one transaction each, 10 channels;
 * enqueue 100: batches of 100 messages over 100 channels (``lonnymq_enqueue_many_v1``);
+* enqueue 2,000 channels: ``--wide`` calls of the app's bulk enqueue
+  (``lonnymq_enqueue_many_v2``) of 2,000 messages, one per channel (past 64 channels it takes
+  stripe locks since 0040);
 * dequeue+ack 100: with 1,000 backlogged channels, lease 100 messages and ack them, until
   ``--drain`` messages are done.
 
@@ -92,6 +95,23 @@ def enqueue_batches(conn: psycopg.Connection[Any], batches: int) -> float:
     return (time.perf_counter() - start) / batches
 
 
+WIDE = 2000
+
+
+def enqueue_wide(conn: psycopg.Connection[Any], calls: int) -> float:
+    """``calls`` bulk enqueues of WIDE messages into WIDE channels, each committed: seconds per call."""
+    channels = [f"w{i}" for i in range(WIDE)]
+    payloads = [core.PAYLOAD_TEXT] * WIDE
+    start = time.perf_counter()
+    for _ in range(calls):
+        conn.execute(
+            "SELECT lonnymq_enqueue_many_v2(%s, %s::text[], %s::jsonb[])",
+            [QUEUE, channels, payloads],
+            prepare=True,
+        )
+    return (time.perf_counter() - start) / calls
+
+
 def drain(conn: psycopg.Connection[Any], total: int) -> float:
     core.fill(conn, QUEUE, total, [f"d{i}" for i in range(1000)])
     calls, start = 0, time.perf_counter()
@@ -131,6 +151,7 @@ def one_round(url: str, args: argparse.Namespace) -> dict[str, float]:
         figures = {
             "enqueue 1": enqueue_singles(conn, args.singles),
             "enqueue 100": enqueue_batches(conn, args.batches),
+            "enqueue 2,000 channels": enqueue_wide(conn, args.wide),
         }
         conn.execute(
             "TRUNCATE lonnymq_message, lonnymq_dedup, lonnymq_dead_message, lonnymq_channel, lonnymq_wake"
@@ -152,6 +173,9 @@ def cpu_round(conn: psycopg.Connection[Any], args: argparse.Namespace) -> dict[s
     start = used()
     enqueue_batches(conn, args.batches)
     figures["enqueue 100"] = (used() - start) / args.batches
+    start = used()
+    enqueue_wide(conn, args.wide)
+    figures["enqueue 2,000 channels"] = (used() - start) / args.wide
     conn.execute(
         "TRUNCATE lonnymq_message, lonnymq_dedup, lonnymq_dead_message, lonnymq_channel, lonnymq_wake"
     )
@@ -174,6 +198,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--singles", type=int, default=2000)
     parser.add_argument("--batches", type=int, default=50)
     parser.add_argument("--drain", type=int, default=20_000)
+    parser.add_argument("--wide", type=int, default=10, help="bulk enqueues of 2,000 channels per round")
     parser.add_argument(
         "--cpu", action="store_true", help="server backend CPU time per operation, not wall clock"
     )
@@ -201,10 +226,10 @@ def main(argv: list[str] | None = None) -> None:
     clock = "server backend CPU time" if args.cpu else "wall-clock time"
     print(f"SQL at {args.base} (base) vs live SQL at {names[-1]}; {clock}, medians of {args.rounds} rounds")
     print(f"machine: {core.machine_facts()}")
-    print(f"{'operation':<18}{'base (us/op)':>14}{'live (us/op)':>14}{'live/base':>11}")
+    print(f"{'operation':<24}{'base (us/op)':>14}{'live (us/op)':>14}{'live/base':>11}")
     for op in results["base"]:
         print(
-            f"{op:<18}{med(results['base'][op]) * 1e6:>14.0f}{med(results['live'][op]) * 1e6:>14.0f}"
+            f"{op:<24}{med(results['base'][op]) * 1e6:>14.0f}{med(results['live'][op]) * 1e6:>14.0f}"
             f"{med(ratios[op]):>11.2f}"
         )
 
