@@ -144,6 +144,37 @@ def ack(conn, ids_tokens, output='"ok"') -> list[int]:
     ).fetchone()[0]  # fmt: skip
 
 
+def test_a_release_into_hundreds_of_channels_holds_stripe_locks_and_every_part_runs(connect):
+    """The root's ack releases 300 parts, each in its own channel: past 64 channels the
+    release holds one shared lock per stripe, not per channel (migration 0040), and every
+    part is still served and the merge released after them."""
+    flow = Workflow("striped")
+    root = flow.step("wf_root", {})
+    parts = [flow.step("wf_part", {"i": i}, after=[root], channel=f"tenant-{i}") for i in range(300)]
+    chord(flow, parts, ("wf_merge", {}))
+    workflow_id = flow.start()
+    worker, watcher = connect(), connect()
+    [leased] = lease(worker, "wf_root")
+    worker.execute("BEGIN")  # the ack's locks, seen before it commits
+    assert ack(worker, [leased]) == [leased[0]]
+    stripes, channels = watcher.execute(
+        "SELECT count(*) FILTER (WHERE classid = 1280135475), count(*) FILTER (WHERE classid = 1280135473)"
+        " FROM pg_locks WHERE locktype = 'advisory' AND pid = %s",
+        [worker.info.backend_pid],
+    ).fetchone()
+    assert (stripes, channels) == (300, 0)
+    worker.execute("COMMIT")
+    done = 0
+    while leased_parts := lease(worker, "wf_part"):
+        ack(worker, leased_parts)
+        done += len(leased_parts)
+    assert done == 300
+    [merge] = lease(worker, "wf_merge")
+    ack(worker, [merge])
+    assert api.workflow(workflow_id).state == "succeeded"
+    assert api.check() == []
+
+
 def test_concurrent_duplicate_acks_release_a_fan_in_exactly_once_and_only_after_every_parent(connect):
     parents = 12
     flow = Workflow("fan-in")
