@@ -2640,6 +2640,7 @@ DECLARE
     v_row record;
     v_ids bigint[] := ARRAY[]::bigint[];
     v_channel_id bigint;
+    v_locked bigint[];
 BEGIN
     PERFORM lonnymq_check_list_v1('ids', pg_catalog.array_ndims(p_ids));
     PERFORM lonnymq_check_range_v1('tolerance', p_tolerance_ms, 0::bigint, 86400000::bigint, false);
@@ -2648,15 +2649,24 @@ BEGIN
     PERFORM lonnymq_channel_id_v1(x.queue, x.channel) FROM (
         SELECT DISTINCT d.queue, d.channel FROM lonnymq_dead_message d
          WHERE d.id = ANY (p_ids) ORDER BY d.queue, d.channel) x;
-    PERFORM 1 FROM lonnymq_channel c
-      JOIN (SELECT DISTINCT d.queue, d.channel FROM lonnymq_dead_message d WHERE d.id = ANY (p_ids)) x
-        ON c.queue = x.queue AND c.name = x.channel
-     ORDER BY c.id FOR NO KEY UPDATE OF c;
+    SELECT pg_catalog.array_agg(l.id ORDER BY l.id) INTO v_locked
+      FROM (SELECT c.id FROM lonnymq_channel c
+              JOIN (SELECT DISTINCT d.queue, d.channel FROM lonnymq_dead_message d WHERE d.id = ANY (p_ids)) x
+                ON c.queue = x.queue AND c.name = x.channel
+             ORDER BY c.id FOR NO KEY UPDATE OF c) l;
+    -- The producer's shared locks, at most 1,024 however many channels (a requeue of every
+    -- dead letter of a queue with 100,000 tenants took one each, from the server's lock table).
+    IF v_locked IS NOT NULL THEN
+        PERFORM lonnymq_lock_channels_v1(v_locked);
+    END IF;
     FOR v_row IN
         SELECT d.* FROM lonnymq_dead_message d WHERE d.id = ANY (p_ids) ORDER BY d.id FOR UPDATE
     LOOP
         v_channel_id := lonnymq_channel_id_v1(v_row.queue, v_row.channel);
-        PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_channel_id));
+        -- A channel deleted after the locks above and created again since has a new id.
+        IF v_locked IS NULL OR v_channel_id <> ALL (v_locked) THEN
+            PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_channel_id));
+        END IF;
         -- Held already, unless it was deleted after the lock above and created again since.
         PERFORM lonnymq_hold_channels_v1(ARRAY[v_channel_id]);
         INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, attempts,
@@ -2740,13 +2750,9 @@ DECLARE
 BEGIN
     PERFORM lonnymq_check_list_v1('ids', pg_catalog.array_ndims(p_ids));
     PERFORM lonnymq_check_range_v1('tolerance', p_tolerance_ms, 0::bigint, 86400000::bigint, false);
-    FOR v_ch IN
-        SELECT DISTINCT m.channel_id, c.queue FROM lonnymq_message m
-          JOIN lonnymq_channel c ON c.id = m.channel_id
-         WHERE m.id = ANY (p_ids) AND m.lease_token IS NULL ORDER BY m.channel_id
-    LOOP
-        PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_ch.channel_id));
-    END LOOP;
+    -- The producer's shared locks on the channels (at most 1,024, see lonnymq_lock_channels_v1).
+    PERFORM lonnymq_lock_channels_v1(pg_catalog.array_agg(m.channel_id))
+      FROM lonnymq_message m WHERE m.id = ANY (p_ids) AND m.lease_token IS NULL HAVING pg_catalog.count(*) > 0;
     WITH moved AS (
         UPDATE lonnymq_message m SET dequeue_at = v_now
          WHERE m.id = ANY (p_ids) AND m.lease_token IS NULL AND m.dequeue_at > v_now
@@ -4580,8 +4586,9 @@ SELECT e.parent_id, s.id AS child_id
   FROM lonnymq_workflow_step s CROSS JOIN LATERAL pg_catalog.unnest(s.parents) AS e(parent_id);
 
 -- Put steps (locked by the caller, ready: pending = 0) into the message table, as an
--- enqueue would: channels created in name order, each channel's shared advisory lock, one
--- wake-up mark per channel (which NOTIFYs the queue's workers at commit).
+-- enqueue would: channels created in name order, their shared advisory locks (per channel or
+-- per stripe, lonnymq_lock_channels_v1), one wake-up mark per channel (which NOTIFYs the
+-- queue's workers at commit).
 CREATE FUNCTION lonnymq_workflow_release_v1(p_ids bigint[], p_tolerance_ms bigint) RETURNS integer
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -4590,11 +4597,23 @@ DECLARE
     v_now        bigint := lonnymq_now_ms_v1();
     v_group      record;
     v_channel_id bigint;
+    v_channel_ids bigint[];
     v_n          integer := 0;
 BEGIN
     IF p_ids IS NULL OR pg_catalog.cardinality(p_ids) = 0 THEN
         RETURN 0;
     END IF;
+    -- The channels (created in name order), then their shared locks in one call: at most
+    -- 1,024, however many channels the roots of a workflow name.
+    SELECT pg_catalog.array_agg(x.id) INTO v_channel_ids
+      FROM (SELECT lonnymq_channel_id_v1(g.queue, g.channel) AS id
+              FROM (SELECT DISTINCT s.queue, s.channel FROM lonnymq_workflow_step s
+                     WHERE s.id = ANY (p_ids) AND s.state = 'waiting' AND s.pending = 0) g
+             ORDER BY g.queue, g.channel) x;
+    IF v_channel_ids IS NULL THEN
+        RETURN 0;
+    END IF;
+    PERFORM lonnymq_lock_channels_v1(v_channel_ids);
     FOR v_group IN
         SELECT s.queue, s.channel, pg_catalog.min(s.delay_ms) AS delay_ms
           FROM lonnymq_workflow_step s
@@ -4602,7 +4621,6 @@ BEGIN
          GROUP BY s.queue, s.channel ORDER BY s.queue, s.channel
     LOOP
         v_channel_id := lonnymq_channel_id_v1(v_group.queue, v_group.channel);
-        PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_channel_id));
         PERFORM lonnymq_hold_channels_v1(ARRAY[v_channel_id]);
         INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key)
         SELECT s.id, v_channel_id, s.payload, v_now + s.delay_ms, 0, s.max_attempts,

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 
-from django_lonnymq import Item, api
+from django_lonnymq import Item, Workflow, api
 from django_lonnymq.exceptions import LockTableFull
 from django_lonnymq.models import Channel, Message
 
@@ -91,3 +91,85 @@ def test_a_bulk_enqueue_into_thousands_of_channels_holds_at_most_one_lock_per_st
         for conn in producers:
             conn.rollback()
     assert Message.objects.filter(channel__queue=QUEUE).count() == 10_000
+
+
+def advisory_locks(watcher: psycopg.Connection, conn: psycopg.Connection) -> int:
+    return watcher.execute(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = %s", [conn.info.backend_pid]
+    ).fetchone()[0]
+
+
+def make_dead_letters(conn: psycopg.Connection, channels: int) -> list[int]:
+    """One dead letter in each of ``channels`` channels that no longer exist (a requeue
+    creates them again), as the dead-letter table holds them."""
+    return [
+        row[0]
+        for row in conn.execute(
+            "INSERT INTO lonnymq_dead_message (id, queue, channel, payload, attempts, max_attempts, enqueued_at,"
+            " reason, last_error) SELECT nextval('lonnymq_message_id_seq'), %s, 'dead-' || g, jsonb_build_object('n', g),"
+            " 1, 1, now(), 'failed', 'boom' FROM generate_series(1, %s) g RETURNING id",
+            [QUEUE, channels],
+        ).fetchall()
+    ]
+
+
+@pytest.mark.parametrize(("channels", "locks"), [(10, 10), (2_000, 1_024)])
+def test_a_requeue_of_dead_letters_holds_a_lock_per_channel_or_per_stripe(connect, channels, locks):
+    """Up to 64 channels, one shared lock per channel; past that, one per stripe: a requeue of
+    the dead letters of thousands of tenants does not fill the server's lock table."""
+    setup, requeuer, watcher = connect(), connect(autocommit=False), connect()
+    ids = make_dead_letters(setup, channels)
+    requeued = requeuer.execute("SELECT lonnymq_requeue_dead_v1(%s::bigint[])", [ids]).fetchone()[0]
+    assert sorted(requeued) == sorted(ids)
+    assert advisory_locks(watcher, requeuer) == locks
+    requeuer.commit()
+    assert Message.objects.filter(channel__queue=QUEUE, attempts=0).count() == channels
+    assert Channel.objects.filter(queue=QUEUE).count() == channels
+    assert not setup.execute(
+        "SELECT count(*) FROM lonnymq_dead_message WHERE queue = %s", [QUEUE]
+    ).fetchone()[0]
+    assert not api.check()
+
+
+@pytest.mark.parametrize(("channels", "locks"), [(10, 10), (2_000, 1_024)])
+def test_run_now_of_messages_in_thousands_of_channels_holds_a_lock_per_stripe(connect, channels, locks):
+    scheduled = api.enqueue_many(
+        QUEUE, [Item({"n": n}, channel=f"later-{n}", delay=3600) for n in range(channels)]
+    )
+    runner, watcher = connect(autocommit=False), connect()
+    moved = runner.execute("SELECT lonnymq_run_now_v1(%s::bigint[])", [scheduled]).fetchone()[0]
+    assert sorted(moved) == sorted(scheduled)
+    assert advisory_locks(watcher, runner) == locks
+    runner.commit()
+    ready = runner.execute(
+        "SELECT count(*) FROM lonnymq_message WHERE id = ANY (%s) AND dequeue_at <= lonnymq_now_ms_v1()",
+        [scheduled],
+    ).fetchone()[0]
+    runner.commit()
+    assert ready == channels
+    assert not api.check()
+
+
+def test_a_workflow_whose_roots_name_thousands_of_channels_holds_a_lock_per_stripe(connect):
+    """A start writes its root steps' messages (lonnymq_workflow_release_v1) under one shared
+    lock per stripe past 64 channels, then every root is a ready message of its channel."""
+    starter, watcher = connect(autocommit=False), connect()
+    with transaction.atomic():
+        flow = Workflow("wide", channel="tenant-0")
+        for n in range(2_000):
+            flow.step(QUEUE, {"n": n}, name=f"root-{n}", channel=f"root-{n}")
+        workflow_id = flow.start()
+        # The start's locks, held by the Django connection until its commit.
+        held = watcher.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = %s",
+            [connection.connection.info.backend_pid],
+        ).fetchone()[0]
+    assert held == 1_024
+    assert Message.objects.filter(channel__queue=QUEUE).count() == 2_000
+    assert Channel.objects.filter(queue=QUEUE).count() == 2_000
+    assert (
+        starter.execute("SELECT state FROM lonnymq_workflow WHERE id = %s", [workflow_id]).fetchone()[0]
+        == "running"
+    )
+    starter.rollback()
+    assert not api.check()
