@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -182,12 +183,29 @@ def percentile(values: Sequence[float], p: float) -> float:
     return ordered[k]
 
 
+# The bulk enqueue of each database a bench talks to: the app's (lonnymq_enqueue_many_v2), or
+# on a database migrated before 0025 (bench.sql_ab's base) the one the app called then.
+_ENQUEUE_MANY: weakref.WeakKeyDictionary[psycopg.Connection[Any], str] = weakref.WeakKeyDictionary()
+
+
+def enqueue_many_function(conn: psycopg.Connection[Any]) -> str:
+    """``lonnymq_enqueue_many_v2``, or ``_v1`` where the database has no ``_v2`` yet."""
+    name = _ENQUEUE_MANY.get(conn)
+    if name is None:
+        row = conn.execute("SELECT to_regproc('lonnymq_enqueue_many_v2') IS NOT NULL").fetchone()
+        name = _ENQUEUE_MANY[conn] = (
+            "lonnymq_enqueue_many_v2" if row and row[0] else "lonnymq_enqueue_many_v1"
+        )
+    return name
+
+
 def enqueue_many(
     conn: psycopg.Connection[Any], queue: str, channels: Sequence[str], payloads: Sequence[str] | None = None
 ) -> list[int]:
+    """The app's bulk enqueue (its defaults: 5 attempts, no delay, no keys), one call."""
     payloads = payloads or [PAYLOAD_TEXT] * len(channels)
     row = conn.execute(
-        "SELECT lonnymq_enqueue_many_v1(%s, %s::text[], %s::jsonb[])",
+        f"SELECT {enqueue_many_function(conn)}(%s, %s::text[], %s::jsonb[])",
         [queue, list(channels), list(payloads)],
         prepare=True,
     ).fetchone()

@@ -6,10 +6,11 @@ latest; then, in rounds that alternate between them (so a busy machine slows bot
 the same work runs on each:
 
 * enqueue 1: ``--singles`` single enqueues, one transaction each, 10 channels;
-* enqueue 100: batches of 100 messages over 100 channels (``lonnymq_enqueue_many_v1``);
+* enqueue 100: batches of 100 messages over 100 channels (the app's ``lonnymq_enqueue_many_v2``,
+  or ``_v1`` on a base migrated before 0025);
 * enqueue 2,000 channels: ``--wide`` calls of the app's bulk enqueue
-  (``lonnymq_enqueue_many_v2``) of 2,000 messages, one per channel (past 64 channels it takes
-  stripe locks since 0040);
+  (``lonnymq_enqueue_many_v2``, or ``_v1`` before 0025) of 2,000 messages, one per channel (past
+  64 channels it takes stripe locks since 0040);
 * dequeue+ack 100: with 1,000 backlogged channels, lease 100 messages and ack them, until
   ``--drain`` messages are done.
 
@@ -104,11 +105,7 @@ def enqueue_wide(conn: psycopg.Connection[Any], calls: int) -> float:
     payloads = [core.PAYLOAD_TEXT] * WIDE
     start = time.perf_counter()
     for _ in range(calls):
-        conn.execute(
-            "SELECT lonnymq_enqueue_many_v2(%s, %s::text[], %s::jsonb[])",
-            [QUEUE, channels, payloads],
-            prepare=True,
-        )
+        core.enqueue_many(conn, QUEUE, channels, payloads)
     return (time.perf_counter() - start) / calls
 
 

@@ -52,8 +52,8 @@ def dequeue(conn: psycopg.Connection[Any], batch: int) -> list[tuple[Any, ...]]:
 
 def enqueue(conn: psycopg.Connection[Any], n: int) -> None:
     conn.execute(
-        "SELECT lonnymq_enqueue_many_v1(%s, array_fill('c'::text, ARRAY[%s]), array_fill('{}'::jsonb, ARRAY[%s]),"
-        " NULL, NULL, NULL, NULL, NULL, 5, 1000, 0)",
+        "SELECT lonnymq_enqueue_many_v2(%s, array_fill('c'::text, ARRAY[%s]), array_fill('{}'::jsonb, ARRAY[%s]),"
+        " NULL, NULL, NULL, NULL, NULL, NULL, 5, 1000, 0)",
         [QUEUE, n, n],
     )
 

@@ -9,7 +9,8 @@
      same 1,002 payloads in ``transaction.atomic()``; wall time from the first call until the
      last step is done;
    - *the SQL calls alone*: the start's one statement (its arrays in binary, as
-     ``Workflow.start()`` sends them) against one ``lonnymq_enqueue_many_v1`` whose payloads
+     ``Workflow.start()`` sends them) against one ``lonnymq_enqueue_many_v2`` (as
+     ``enqueue_many()`` calls it) whose payloads
      the server fills in (``array_fill``: no payload crosses the wire); wall time from the
      call, and from its commit (its return), until the last step is done; and where the
      workflow's time went, from its steps' ``finished_at`` (the start, the root's hop, the
@@ -18,7 +19,13 @@
    parent's ack (the child's ``released_at``, written by that ack) to the child's start,
    against the enqueue-to-start latency of single messages enqueued one at a time into an
    idle worker (queue ``bench_latency``).
-3. **Plain messages pay nothing**: an A/B of draining ``--ab-messages`` plain messages (dequeue
+3. **Per batch**: the worker's two calls per batch, made one after the other from this process
+   (no worker running): a 1 -> ``--width`` -> 1 workflow's parts leased 50 at a time and acked
+   (``dequeue``, ``workflow_ack``), against ``--width`` + 2 plain messages (``dequeue``,
+   ``ack``); each call's time summed over the drain, and the root's ack (which releases the
+   parts). A worker's control thread makes these calls in series, so what the steps' calls cost
+   over the plain ones is added to the drain.
+4. **Plain messages pay nothing**: an A/B of draining ``--ab-messages`` plain messages (dequeue
    and ack, ``--burst``) by this tree's worker and by the worker of ``--base`` (a checkout of
    the commit before workflows; the same database), alternating, ``--rounds`` each.
 
@@ -36,6 +43,7 @@ import time
 from pathlib import Path
 
 from django_lonnymq import sql
+from django_lonnymq.worker.completion import array_literal, text_array_literal
 
 from . import core
 
@@ -143,8 +151,8 @@ def fan(url: str, rounds: int, width: int) -> dict[str, list[float]]:
             tidy(conn)
             start = time.perf_counter()
             conn.execute(
-                "SELECT lonnymq_enqueue_many_v1('bench', array_fill('tenant-0'::text, ARRAY[%s]),"
-                " array_fill(%s::jsonb, ARRAY[%s]), NULL, NULL, NULL, NULL, NULL, 5, 1000, 50)",
+                "SELECT lonnymq_enqueue_many_v2('bench', array_fill('tenant-0'::text, ARRAY[%s]),"
+                " array_fill(%s::jsonb, ARRAY[%s]), NULL, NULL, NULL, NULL, NULL, NULL, 5, 1000, 50)",
                 [width + 2, core.PAYLOAD_TEXT, width + 2],
             )
             committed = time.perf_counter()
@@ -228,6 +236,52 @@ def chain_latency(url: str, length: int, singles: int) -> tuple[list[float], lis
     return chain, idle
 
 
+def batch_calls(url: str, rounds: int, width: int) -> dict[str, list[float]]:
+    """Per round, seconds: the root's ack (the release), the steps' dequeues and acks summed,
+    then the plain messages' dequeues and acks summed (batches of 50, as the worker's)."""
+    conn = core.connect(url)
+    dequeue, ack, step_ack = sql.query("dequeue"), sql.query("ack"), sql.query("workflow_ack")
+    start_sql = sql.binary_arrays(sql.query("workflow_start"))
+    lease = {"queue": "bench", "lease_ms": 600_000, "worker": "bench", "tolerance_ms": 50}
+
+    def drain_timed(batch: int, acked: str, step: bool) -> tuple[float, float]:
+        leasing = acking = 0.0
+        while True:
+            t0 = time.perf_counter()
+            rows = conn.execute(dequeue, {**lease, "batch_size": batch}, prepare=True).fetchall()
+            t1 = time.perf_counter()
+            if not rows:
+                return leasing, acking
+            params = {"ids": array_literal(r[0] for r in rows), "tokens": array_literal(r[8] for r in rows)}
+            if step:
+                params |= {"outputs": text_array_literal([None] * len(rows)), "tolerance_ms": 50}
+            conn.execute(acked, params, prepare=True)
+            leasing, acking = leasing + t1 - t0, acking + time.perf_counter() - t1
+
+    runs: dict[str, list[float]] = {k: [] for k in ("release", "step_dequeue", "step_ack", "dequeue", "ack")}
+    try:
+        conn.execute("DELETE FROM lonnymq_message")
+        for _ in range(rounds):
+            tidy(conn)
+            conn.execute(start_sql, start_params("bench", fan_steps(width)))
+            root = conn.execute(dequeue, {**lease, "batch_size": 1}).fetchall()
+            t0 = time.perf_counter()
+            conn.execute(step_ack, {"ids": array_literal([root[0][0]]), "tokens": array_literal([root[0][8]]),
+                                    "outputs": "{NULL}", "tolerance_ms": 50})  # fmt: skip
+            runs["release"].append(time.perf_counter() - t0)
+            leasing, acking = drain_timed(50, step_ack, True)
+            runs["step_dequeue"].append(leasing)
+            runs["step_ack"].append(acking)
+            tidy(conn)
+            core.enqueue_many(conn, "bench", ["tenant-0"] * (width + 2))
+            leasing, acking = drain_timed(50, ack, False)
+            runs["dequeue"].append(leasing)
+            runs["ack"].append(acking)
+    finally:
+        conn.close()
+    return runs
+
+
 def drain(url: str, root: Path, messages: int) -> float:
     conn = core.connect(url)
     try:
@@ -272,6 +326,12 @@ def main() -> None:
     print("where a workflow's time went (the SQL calls alone; medians, ms):")
     for key, what in PHASES.items():
         print(f"  {key:32s} {1000 * statistics.median(p[key] for p in runs['phases']):7.1f}  ({what})")
+    calls = batch_calls(args.database_url, args.rounds, args.width)
+    med = {k: 1000 * statistics.median(v) for k, v in calls.items()}
+    print(f"per batch of 50, the worker's calls in series, summed over the drain (medians, ms): the steps' "
+          f"dequeues {med['step_dequeue']:.1f} against the plain messages' {med['dequeue']:.1f}; the steps' acks "
+          f"{med['step_ack']:.1f} against {med['ack']:.1f}; the root's ack, releasing {args.width} parts, "
+          f"{med['release']:.1f}")  # fmt: skip
     chain, idle = chain_latency(args.database_url, args.chain, args.singles)
     mc, mi = statistics.median(chain), statistics.median(idle)
     print(f"chain of {args.chain}: parent ack -> child start median {mc * 1000:.1f} ms (p90 "

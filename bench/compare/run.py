@@ -358,7 +358,7 @@ def enqueue_small(db: Db, system: str, channel: str, k: int) -> None:
         )
     else:
         conn.execute(
-            "SELECT lonnymq_enqueue_many_v1(%s, %s::text[], %s::jsonb[])", (QUEUE, [channel] * k, body)
+            "SELECT lonnymq_enqueue_many_v2(%s, %s::text[], %s::jsonb[])", (QUEUE, [channel] * k, body)
         )
 
 
