@@ -15,6 +15,7 @@ import re
 import psycopg
 import pytest
 
+from bench.stable_plans import HELD_CALLS
 from django_lonnymq import Workflow, api, sql
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -86,31 +87,6 @@ def most_rows_read(plans: str) -> int:
     read = [int(rows) * int(loops) for rows, loops in SCAN.findall(plans)]
     assert read, plans  # the message table was read
     return max(read)
-
-
-HELD_CALLS = {
-    "heartbeat": lambda conn, rows: conn.execute(
-        sql.query("extend"), {"ids": [r[0] for r in rows], "tokens": [r[8] for r in rows], "lease_ms": 60_000}
-    ),
-    "retry": lambda conn, rows: conn.execute(
-        sql.query("fail"),
-        {"id": rows[0][0], "token": rows[0][8], "error": "e", "retry_delay_ms": 10, "reason": "failed",
-         "backoff_base_ms": 1000, "backoff_max_ms": 60_000, "tolerance_ms": 0},
-    ),
-    "discard": lambda conn, rows: conn.execute(
-        sql.query("fail"),
-        {"id": rows[0][0], "token": rows[0][8], "error": "e", "retry_delay_ms": None, "reason": "discarded",
-         "backoff_base_ms": 1000, "backoff_max_ms": 60_000, "tolerance_ms": 0},
-    ),
-    "snooze": lambda conn, rows: conn.execute(
-        sql.query("snooze"),
-        {"id": rows[0][0], "token": rows[0][8], "delay_ms": 10, "max_snoozes": 5,
-         "backoff_base_ms": 1000, "backoff_max_ms": 60_000, "tolerance_ms": 0},
-    ),
-    "release": lambda conn, rows: conn.execute(
-        sql.query("release"), {"ids": [r[0] for r in rows], "tokens": [r[8] for r in rows], "tolerance_ms": 0}
-    ),
-}  # fmt: skip
 
 
 def test_the_calls_on_held_messages_planned_on_a_one_row_table_read_only_those_on_thousands(connect):
