@@ -128,6 +128,22 @@ class ChannelGone(LonnyMQError):
     transaction: the retry creates the channel again."""
 
 
+class ChannelNotDeleted(LonnyMQError):
+    """A channel's delete (``Channel.delete()``, a queryset's ``delete()``) was refused: it
+    holds messages (``outcome`` ``"not_empty"``: purge them, or wait until they are done), or a
+    producer or a worker holds it at this moment (``"busy"``: try again). Nothing was deleted:
+    a queryset's delete is one transaction."""
+
+    def __init__(self, channel_id: int, outcome: str):
+        self.channel_id = channel_id
+        self.outcome = outcome
+        why = {
+            "not_empty": "it holds messages (purge them, or wait until they are done)",
+            "busy": "a producer or a worker holds it now (try again)",
+        }.get(outcome, outcome)
+        super().__init__(f"channel {channel_id} was not deleted: {why}; nothing was deleted")
+
+
 class LockTableFull(LonnyMQError):
     """The server's lock table is full (SQLSTATE 53200, "out of shared memory"): every write
     into a channel holds an advisory lock until its transaction ends (a call into more than

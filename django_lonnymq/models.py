@@ -9,9 +9,12 @@ invariants; ORM updates of scheduler columns would bypass them.
 from __future__ import annotations
 
 from django.contrib.postgres.fields import ArrayField
-from django.db import models
+from django.db import models, router, transaction
 from django.db.models import F, Q
 from django.utils import timezone
+
+from . import db
+from .exceptions import ChannelNotDeleted
 
 
 class Plan(models.Model):
@@ -107,8 +110,39 @@ class QueuePlan(models.Model):
         return f"{self.queue}: {self.plan_id}"
 
 
+def _delete_channels(ids: list[int], using: str) -> int:
+    """Delete channels as ``api.delete_channel`` does, all or none (one transaction). Django's
+    own delete looked for a channel's messages before it waited for the producers holding the
+    channel (a message they committed meanwhile lost its channel), read the whole message table
+    to do so (no index leads from a channel to its messages), and left the channel's wake-up
+    marks behind."""
+    deleted = 0
+    with transaction.atomic(using=using):
+        for channel_id in sorted(ids):
+            outcome = db.value("delete_channel", {"id": channel_id}, using=using)
+            if outcome == "deleted":
+                deleted += 1
+            elif outcome != "missing":
+                raise ChannelNotDeleted(channel_id, str(outcome))
+    return deleted
+
+
+class ChannelQuerySet(models.QuerySet["Channel"]):
+    def delete(self) -> tuple[int, dict[str, int]]:
+        """Each channel through ``lonnymq_delete_channel_v1``; raises :class:`ChannelNotDeleted`
+        (and deletes none) when one holds messages or is held now."""
+        using = getattr(self, "_db", None) or router.db_for_write(self.model)
+        deleted = _delete_channels(list(self.using(using).values_list("pk", flat=True)), using)
+        return deleted, {Channel._meta.label: deleted}
+
+    delete.alters_data = True  # type: ignore[attr-defined]
+    delete.queryset_only = True  # type: ignore[attr-defined]
+
+
 class Channel(models.Model):
     """A tenant's virtual queue inside a queue, with its limits and scheduler state."""
+
+    objects = ChannelQuerySet.as_manager()
 
     id = models.BigAutoField(primary_key=True)
     queue = models.CharField(max_length=100)
@@ -153,6 +187,17 @@ class Channel(models.Model):
     own_max_concurrency = models.BooleanField(default=False)
     own_release_interval = models.BooleanField(default=False)
     own_rate = models.BooleanField(default=False)
+
+    def delete(self, using: str | None = None, keep_parents: bool = False) -> tuple[int, dict[str, int]]:
+        """Through ``lonnymq_delete_channel_v1`` (see :func:`delete_channels`); raises
+        :class:`ChannelNotDeleted` when the channel holds messages or is held now."""
+        if self.pk is None:
+            raise ValueError(f"{self} can't be deleted because its id is not set")
+        deleted = _delete_channels([self.pk], using or router.db_for_write(Channel, instance=self))
+        self.pk = None
+        return deleted, {Channel._meta.label: deleted}
+
+    delete.alters_data = True  # type: ignore[attr-defined]
 
     class Meta:
         db_table = "lonnymq_channel"

@@ -50,7 +50,7 @@ DOCUMENTED = {
     "django_lonnymq.rates": ["Rate"],
     "django_lonnymq.logs": ["Formatter", "LOGGER", "build_formatter", "configure_console"],
     "django_lonnymq.exceptions": [
-        "ChannelGone", "Discard", "HandlerCancelled", "HandlerTimeout", "InvalidArgument", "LeaseLost", "LockTableFull",
+        "ChannelGone", "ChannelNotDeleted", "Discard", "HandlerCancelled", "HandlerTimeout", "InvalidArgument", "LeaseLost", "LockTableFull",
         "LonnyMQError", "MessageNotFound", "NoHandler", "PayloadError", "PlanInUse", "PriorityWithSchedule", "Retry", "SchemaMissing",
         "Snooze", "UnknownMessage", "UnknownPlan", "UnknownTask", "UnsupportedIsolation", "WorkerInterrupted",
         "WorkflowCancelled",
