@@ -146,12 +146,12 @@ class ChannelNotDeleted(LonnyMQError):
 
 class LockTableFull(LonnyMQError):
     """The server's lock table is full (SQLSTATE 53200, "out of shared memory"): every write
-    into a channel holds an advisory lock until its transaction ends (a call into more than
-    64 channels: one per stripe, at most 1,024), so a transaction that makes thousands of
-    one-channel calls, or a few such at once, can use up the slots
-    ``max_locks_per_transaction`` gives the whole server. The transaction is aborted and
-    nothing it wrote stays. Write to fewer channels per transaction (docs/scaling.md, "Many
-    channels in one transaction"), or raise ``max_locks_per_transaction``."""
+    into a channel holds an advisory lock until its transaction ends (past 64 channels, one
+    per stripe: at most 64 + 1,024 per transaction), so many such transactions at once, or
+    other sessions holding many locks, can use up the slots ``max_locks_per_transaction``
+    gives the whole server. The transaction is aborted and nothing it wrote stays. Write to
+    fewer channels per transaction (docs/scaling.md, "Many channels in one transaction"), or
+    raise ``max_locks_per_transaction``."""
 
     def __init__(self, detail: str):
         self.detail = detail

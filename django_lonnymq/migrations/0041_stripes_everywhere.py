@@ -1,8 +1,8 @@
-"""The last producers that took one shared advisory lock per channel (a requeue of dead
-letters, run_now, a workflow start's root steps) take them per stripe past 64 channels, as
-enqueue_many and a step's release do since 0040. From
-sql/migrations/0041_stripes_everywhere.up.sql. The reverse reinstalls the three functions as
-the migrations before left them.
+"""A transaction holds one shared advisory lock per channel for its first 64 channels and one
+per stripe after that, whether it writes into them in one call or in thousands of enqueue()
+calls; a requeue of dead letters, run_now and a workflow start's root steps lock that way too.
+From sql/migrations/0041_stripes_everywhere.{up,down}.sql. The reverse reinstalls the seven
+functions as the migrations before left them, then drops the new one.
 """
 
 from django.db import migrations
@@ -17,6 +17,10 @@ PIN_SEARCH_PATH = (
 )
 
 REPLACED = (
+    "lonnymq_lock_channels_v1",
+    "lonnymq_enqueue_v1",
+    "lonnymq_enqueue_v2",
+    "lonnymq_enqueue_task_keyed_v1",
     "lonnymq_requeue_dead_v1",
     "lonnymq_run_now_v1",
     "lonnymq_workflow_release_v1",
@@ -31,6 +35,9 @@ class Migration(migrations.Migration):
     operations = [
         migrations.RunSQL(
             sql=sql.migration("0041_stripes_everywhere"),
-            reverse_sql=PIN_SEARCH_PATH + sql.restore_previous("0041_stripes_everywhere", *REPLACED),
+            reverse_sql=PIN_SEARCH_PATH
+            + sql.restore_previous("0041_stripes_everywhere", *REPLACED)
+            + "\n"
+            + sql.migration("0041_stripes_everywhere", "down"),
         ),
     ]

@@ -505,21 +505,52 @@ LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$ SELECT (p_channel_id % 1024::bigint)::integer $$;
 
--- A producer's shared advisory locks on the channels it is about to write ready work into,
--- held until its transaction ends, so that no dequeuer parks one of them meanwhile: one per
--- channel for up to 64 channels, else one per stripe (see lonnymq_stripe_lock_ns_v1).
+-- A producer's shared advisory locks, held until its transaction ends, so that no dequeuer
+-- parks a channel it is about to write ready work into: one per channel for the first 64
+-- channels a transaction writes into, one per stripe after that (see
+-- lonnymq_stripe_lock_ns_v1), so a transaction holds at most 64 + 1,024 of the lock table's
+-- slots however many channels it writes into, in one call or in thousands. The count of
+-- channel locks lives in a transaction-local setting, lonnymq.channel_locks (a savepoint's
+-- rollback takes back its locks and its count alike).
+CREATE FUNCTION lonnymq_lock_channel_v1(p_channel_id bigint) RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_held integer := coalesce(NULLIF(pg_catalog.current_setting('lonnymq.channel_locks', true), ''), '0')::integer;
+BEGIN
+    IF v_held < 64 THEN
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(p_channel_id));
+        PERFORM pg_catalog.set_config('lonnymq.channel_locks', (v_held + 1)::text, true);
+    ELSE
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_stripe_lock_ns_v1(), lonnymq_stripe_key_v1(p_channel_id));
+    END IF;
+END
+$$;
+
+-- The same for the channels of one call, in one order (by channel id, or by stripe): one lock
+-- per channel while the transaction's channel locks stay within 64, else one per stripe.
 CREATE FUNCTION lonnymq_lock_channels_v1(p_channel_ids bigint[]) RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
+DECLARE
+    v_held integer := coalesce(NULLIF(pg_catalog.current_setting('lonnymq.channel_locks', true), ''), '0')::integer;
+    v_ids  bigint[];
 BEGIN
-    IF (SELECT pg_catalog.count(DISTINCT u.id) FROM pg_catalog.unnest(p_channel_ids) AS u(id)) <= 64 THEN
+    SELECT pg_catalog.array_agg(DISTINCT u.id ORDER BY u.id) INTO v_ids
+      FROM pg_catalog.unnest(p_channel_ids) AS u(id) WHERE u.id IS NOT NULL;
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+    IF v_held + pg_catalog.cardinality(v_ids) <= 64 THEN
         PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(f.id))
-           FROM (SELECT DISTINCT u.id FROM pg_catalog.unnest(p_channel_ids) AS u(id)) f ORDER BY f.id;
+           FROM pg_catalog.unnest(v_ids) WITH ORDINALITY AS f(id, i) ORDER BY f.i;
+        PERFORM pg_catalog.set_config('lonnymq.channel_locks', (v_held + pg_catalog.cardinality(v_ids))::text, true);
     ELSE
         PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_stripe_lock_ns_v1(), f.stripe)
            FROM (SELECT DISTINCT lonnymq_stripe_key_v1(u.id) AS stripe
-                   FROM pg_catalog.unnest(p_channel_ids) AS u(id)) f ORDER BY f.stripe;
+                   FROM pg_catalog.unnest(v_ids) AS u(id)) f ORDER BY f.stripe;
     END IF;
 END
 $$;
@@ -923,8 +954,9 @@ BEGIN
     v_dequeue_at := lonnymq_dequeue_at_v1(v_now, p_run_at_ms, p_delay_ms, p_priority, p_priority_step_ms);
     v_channel_id := lonnymq_channel_id_v1(p_queue, p_channel);
 
-    -- "An enqueue into this channel is in flight": dequeuers will not park it meanwhile.
-    PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_channel_id));
+    -- "An enqueue into this channel is in flight": dequeuers will not park it meanwhile (its
+    -- lock, or its stripe's past the transaction's 64th channel lock).
+    PERFORM lonnymq_lock_channel_v1(v_channel_id);
     -- No prune or delete_channel deletes its row until this transaction ends: the hold of
     -- lonnymq_hold_channels_v1, written out (a call per enqueue costs more than the lock).
     PERFORM 1 FROM lonnymq_channel c WHERE c.id = v_channel_id FOR KEY SHARE;
@@ -1096,8 +1128,9 @@ BEGIN
     v_dequeue_at := lonnymq_dequeue_at_v1(v_now, p_run_at_ms, p_delay_ms, p_priority, p_priority_step_ms);
     v_channel_id := lonnymq_channel_id_v1(p_queue, p_channel);
 
-    -- "An enqueue into this channel is in flight": dequeuers will not park it meanwhile.
-    PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_channel_id));
+    -- "An enqueue into this channel is in flight": dequeuers will not park it meanwhile (its
+    -- lock, or its stripe's past the transaction's 64th channel lock).
+    PERFORM lonnymq_lock_channel_v1(v_channel_id);
     -- No prune or delete_channel deletes its row until this transaction ends: the hold of
     -- lonnymq_hold_channels_v1, written out (a call per enqueue costs more than the lock).
     PERFORM 1 FROM lonnymq_channel c WHERE c.id = v_channel_id FOR KEY SHARE;
@@ -1548,8 +1581,9 @@ BEGIN
     v_dequeue_at := lonnymq_dequeue_at_v1(lonnymq_now_ms_v1(), p_run_at_ms, NULL::bigint, p_priority, p_priority_step_ms);
     v_channel_id := lonnymq_channel_id_v1(p_queue, p_channel);
 
-    -- "An enqueue into this channel is in flight": dequeuers will not park it meanwhile.
-    PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_channel_id));
+    -- "An enqueue into this channel is in flight": dequeuers will not park it meanwhile (its
+    -- lock, or its stripe's past the transaction's 64th channel lock).
+    PERFORM lonnymq_lock_channel_v1(v_channel_id);
     -- No prune or delete_channel deletes its row until this transaction ends: the hold of
     -- lonnymq_hold_channels_v1, written out (a call per enqueue costs more than the lock).
     PERFORM 1 FROM lonnymq_channel c WHERE c.id = v_channel_id FOR KEY SHARE;
@@ -2665,7 +2699,7 @@ BEGIN
         v_channel_id := lonnymq_channel_id_v1(v_row.queue, v_row.channel);
         -- A channel deleted after the locks above and created again since has a new id.
         IF v_locked IS NULL OR v_channel_id <> ALL (v_locked) THEN
-            PERFORM pg_catalog.pg_advisory_xact_lock_shared(lonnymq_lock_ns_v1(), lonnymq_lock_key_v1(v_channel_id));
+            PERFORM lonnymq_lock_channel_v1(v_channel_id);
         END IF;
         -- Held already, unless it was deleted after the lock above and created again since.
         PERFORM lonnymq_hold_channels_v1(ARRAY[v_channel_id]);

@@ -460,6 +460,37 @@ def test_busy_channel_drained_while_a_bulk_producer_is_open(
     assert q.check(observer, 0) == []
 
 
+def test_busy_channel_drained_while_a_producer_past_64_channels_is_open(
+    connect: Callable[..., psycopg.Connection[Any]],
+) -> None:
+    """(2d) As (2), the late message coming from a single enqueue made after the producer's
+    transaction wrote into 100 other channels: past its 64th channel a transaction holds the
+    stripe's shared lock instead of the channel's (migration 0041), and the dequeuer must
+    still never park the channel while it is open."""
+    producer, dequeuer, observer = connect(autocommit=False), connect(), connect()
+    queue = "s2d"
+    early = [q.enqueue(observer, queue, "busy", {"n": i}) for i in range(3)]
+    q.apply_marks(observer, queue)
+    others = [q.enqueue(producer, queue, f"other-{i}", {"n": i}) for i in range(100)]
+    late = q.enqueue(producer, queue, "busy", {"late": True})
+    stripes, own = observer.execute(
+        "SELECT count(*) FILTER (WHERE classid = 1280135475), count(*) FILTER (WHERE classid = 1280135473)"
+        " FROM pg_locks WHERE locktype = 'advisory' AND pid = %s",
+        [producer.info.backend_pid],
+    ).fetchone()
+    assert (own, stripes) == (64, 37)  # "busy" and the last 36 others: channel ids in a row, 37 stripes
+
+    got = _drain(dequeuer, queue, expect=3)
+    assert got == early
+    for _ in range(5):
+        time.sleep(0.03)
+        assert q.dequeue(dequeuer, queue, 10) == []
+        assert q.channel_state(observer, queue, "busy")["next_dequeue_at"] is not None
+    producer.commit()
+    assert sorted(_drain(dequeuer, queue, expect=101)) == sorted([*others, late])
+    assert q.check(observer, 0) == []
+
+
 def test_busy_channel_producer_rolls_back_and_the_channel_parks(
     connect: Callable[..., psycopg.Connection[Any]],
 ) -> None:

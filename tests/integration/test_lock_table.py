@@ -173,3 +173,36 @@ def test_a_workflow_whose_roots_name_thousands_of_channels_holds_a_lock_per_stri
     )
     starter.rollback()
     assert not api.check()
+
+
+def test_thousands_of_single_enqueues_in_one_transaction_hold_at_most_64_channel_locks(connect):
+    """A transaction's first 64 channels get a lock each, every later one its stripe's: 2,000
+    enqueue() calls into 2,000 channels hold 64 + 1,024 advisory locks, not 2,000 (a loop over
+    the tenants inside transaction.atomic() is the ordinary way to get there)."""
+    producer, watcher = connect(autocommit=False), connect()
+    statement = "SELECT lonnymq_enqueue_v2(%s, %s, '{}'::jsonb)"
+    for n in range(10):
+        producer.execute(statement, [QUEUE, f"one-{n}"])
+    assert advisory_locks(watcher, producer) == 10
+    # A savepoint rolled back gives back its locks and its count alike.
+    producer.execute("SAVEPOINT s")
+    for n in range(100):
+        producer.execute(statement, [QUEUE, f"gone-{n}"])
+    producer.execute("ROLLBACK TO SAVEPOINT s")
+    assert advisory_locks(watcher, producer) == 10
+    for n in range(10, 2_000):
+        producer.execute(statement, [QUEUE, f"one-{n}"])
+    channel_locks, stripe_locks = watcher.execute(
+        "SELECT count(*) FILTER (WHERE classid::bigint = (SELECT lonnymq_lock_ns_v1())),"
+        " count(*) FILTER (WHERE classid::bigint = (SELECT lonnymq_stripe_lock_ns_v1()))"
+        " FROM pg_locks WHERE locktype = 'advisory' AND pid = %s",
+        [producer.info.backend_pid],
+    ).fetchone()
+    assert (channel_locks, stripe_locks) == (64, 1_024)
+    producer.commit()
+    assert Message.objects.filter(channel__queue=QUEUE).count() == 2_000
+    # The next transaction starts counting again.
+    producer.execute(statement, [QUEUE, "one-0"])
+    assert advisory_locks(watcher, producer) == 1
+    producer.commit()
+    assert not api.check()

@@ -104,7 +104,8 @@ RELEASED = {
     "0039_stable_plans_held.up.sql": "414f8ecad9ab906dd6b0d7a3d77b081257221a3bfedb78344ec5547d8e513e7b",
     "0040_channel_stripes.down.sql": "2a93e07074c22c182c88dfa4bb3ceac62b0114c13ae37ae0b24d30c66c9d7ccb",
     "0040_channel_stripes.up.sql": "caf27052bc8520e66dea8cc627c553e20d98d84b209629e75b80aa945ca49079",
-    "0041_stripes_everywhere.up.sql": "f15ba015102ffc723d3877afdb549adfd4bbbd026634a3d9d3f5018f572e4e4a",
+    "0041_stripes_everywhere.down.sql": "da7fa9e8821f8ef00d6c7d6e344586233709a999445035ba456c2fdf61332f5d",
+    "0041_stripes_everywhere.up.sql": "151ba60ea3ba3c097c320aa8188a3cc208b3355e84a6848fc75221037272b4d3",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
