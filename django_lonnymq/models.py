@@ -189,7 +189,7 @@ class Channel(models.Model):
     own_rate = models.BooleanField(default=False)
 
     def delete(self, using: str | None = None, keep_parents: bool = False) -> tuple[int, dict[str, int]]:
-        """Through ``lonnymq_delete_channel_v1`` (see :func:`delete_channels`); raises
+        """Through ``lonnymq_delete_channel_v1`` (see :func:`_delete_channels`); raises
         :class:`ChannelNotDeleted` when the channel holds messages or is held now."""
         if self.pk is None:
             raise ValueError(f"{self} can't be deleted because its id is not set")

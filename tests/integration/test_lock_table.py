@@ -44,6 +44,13 @@ def fill_lock_table(conn: psycopg.Connection) -> int:
         assert held < 10_000_000, "the server never refused an advisory lock"
 
 
+def advisory_locks(watcher: psycopg.Connection, holder: psycopg.Connection) -> int:
+    """How many advisory locks ``holder``'s session holds, as ``watcher`` sees them."""
+    return watcher.execute(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = %s", [holder.info.backend_pid]
+    ).fetchone()[0]
+
+
 def test_a_write_to_many_channels_when_the_lock_table_is_full_raises_lock_table_full(connect):
     api.enqueue(QUEUE, {"before": True}, channel="existing")
     other = connect(autocommit=False)
@@ -80,23 +87,13 @@ def test_a_bulk_enqueue_into_thousands_of_channels_holds_at_most_one_lock_per_st
                 [QUEUE, f"p{n}-"],
             )
         for conn in producers:
-            held = watcher.execute(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = %s",
-                [conn.info.backend_pid],
-            ).fetchone()[0]
-            assert held == 1024
+            assert advisory_locks(watcher, conn) == 1024
         for conn in producers:
             conn.commit()
     finally:
         for conn in producers:
             conn.rollback()
     assert Message.objects.filter(channel__queue=QUEUE).count() == 10_000
-
-
-def advisory_locks(watcher: psycopg.Connection, conn: psycopg.Connection) -> int:
-    return watcher.execute(
-        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = %s", [conn.info.backend_pid]
-    ).fetchone()[0]
 
 
 def make_dead_letters(conn: psycopg.Connection, channels: int) -> list[int]:
@@ -160,10 +157,7 @@ def test_a_workflow_whose_roots_name_thousands_of_channels_holds_a_lock_per_stri
             flow.step(QUEUE, {"n": n}, name=f"root-{n}", channel=f"root-{n}")
         workflow_id = flow.start()
         # The start's locks, held by the Django connection until its commit.
-        held = watcher.execute(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = %s",
-            [connection.connection.info.backend_pid],
-        ).fetchone()[0]
+        held = advisory_locks(watcher, connection.connection)
     assert held == 1_024
     assert Message.objects.filter(channel__queue=QUEUE).count() == 2_000
     assert Channel.objects.filter(queue=QUEUE).count() == 2_000
