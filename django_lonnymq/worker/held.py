@@ -8,6 +8,7 @@ and observers read snapshots. Every access goes through this object and its one 
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterable
 
@@ -21,11 +22,15 @@ class Held:
         self._lock = threading.Lock()
         self._messages: dict[int, Message] = {}
         self._started: set[int] = set()
+        # When each message not started yet was leased (monotonic): the buffer's age.
+        self._leased_at: dict[int, float] = {}
 
     def add(self, messages: Iterable[Message]) -> None:
+        now = time.monotonic()
         with self._lock:
             for message in messages:
                 self._messages[message.id] = message
+                self._leased_at[message.id] = now
 
     def start(self, message: Message) -> bool:
         """Mark ``message`` started; False when it was released before it could start."""
@@ -33,6 +38,7 @@ class Held:
             if message.id not in self._messages:
                 return False
             self._started.add(message.id)
+            self._leased_at.pop(message.id, None)
             return True
 
     def drop(self, ids: Iterable[int]) -> None:
@@ -41,6 +47,7 @@ class Held:
             for message_id in ids:
                 self._messages.pop(message_id, None)
                 self._started.discard(message_id)
+                self._leased_at.pop(message_id, None)
 
     def take_waiting(self) -> list[Message]:
         """Drop and return the messages whose handler never started (to release them)."""
@@ -48,7 +55,27 @@ class Held:
             waiting = [m for i, m in self._messages.items() if i not in self._started]
             for message in waiting:
                 del self._messages[message.id]
+            self._leased_at.clear()
         return waiting
+
+    def take_stale(self, leased_before: float) -> list[Message]:
+        """Drop and return the messages leased before ``leased_before`` (monotonic) whose
+        handler has not started: the buffer gives them back rather than sit on them."""
+        with self._lock:
+            stale = [self._messages[i] for i, at in self._leased_at.items() if at < leased_before]
+            for message in stale:
+                del self._messages[message.id]
+                del self._leased_at[message.id]
+        return stale
+
+    def waiting(self) -> int:
+        """Leased and not started yet: the local buffer."""
+        return len(self._leased_at)  # one read of a dict's size: no lock needed
+
+    def oldest_waiting(self) -> float | None:
+        """When the longest-waiting message of the buffer was leased (monotonic), if any."""
+        with self._lock:
+            return min(self._leased_at.values(), default=None)
 
     def snapshot(self) -> list[Message]:
         with self._lock:

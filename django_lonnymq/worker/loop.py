@@ -44,6 +44,11 @@ logger = logging.getLogger("django_lonnymq.worker")
 # (a delay or a rate's token coming due) waits no longer than it would after an empty fetch.
 SHORT_FETCH_WAIT = 0.005
 
+# The longest a leased message waits in a worker's local buffer (``batch_size`` above
+# ``concurrency``) for a free handler thread before the worker gives it back, ready at once for
+# any worker with a free thread (and held back by a queue paused meanwhile). Seconds.
+BUFFER_HOLD = 1.0
+
 
 class Worker(StopOnSignal):
     """Serves one or more queues until stopped, ``max_messages`` ran, or (``burst``) idle."""
@@ -222,15 +227,14 @@ class Worker(StopOnSignal):
                     self._wait(self._due_in())
                     self._maintain()
                     continue
+                self._give_back_stale()
+                # Fetch whenever a handler thread would otherwise sit idle: fewer messages held
+                # (running, or leased and waiting) than threads. A batch above the concurrency
+                # fills a local buffer for the next free threads (its leases extended like
+                # running ones), which gives back what waits longer than BUFFER_HOLD.
                 free = self.capacity - held.count()
-                # Fetch a whole batch at a time: leased messages wait in a local buffer (their
-                # leases are extended like running ones, and released on shutdown).
-                wanted = free >= max(1, self.batch_size // 2) or not held.count()
-                got = (
-                    fetcher.fetch(min(free, self.batch_size, self._quota_left()))
-                    if wanted and free > 0
-                    else 0
-                )
+                wanted = held.count() < self.concurrency
+                got = fetcher.fetch(min(free, self.batch_size, self._quota_left())) if wanted else 0
                 # Housekeeping after the fetch: a message that woke us starts before it.
                 self._maintain()
                 if got:
@@ -241,17 +245,30 @@ class Worker(StopOnSignal):
                         # notification first, at most as long as the first idle backoff.
                         self._wait(min(self._due_in(), SHORT_FETCH_WAIT))
                     continue
-                if wanted and free > 0:
+                if wanted:
                     self.stats.empty_fetches += 1
                 if self.burst and not held.count() and not completion.pending() and not fetcher.pending():
                     return
                 wait = self._due_in()
-                if wanted and free > 0:
+                if wanted:
                     wait = min(wait, fetcher.idle_wait())
                 self._wait(wait)
                 connection.succeeded()
             except STATEMENT_ERRORS as exc:
                 connection.failed("worker loop", exc)
+
+    def _give_back_stale(self) -> None:
+        """Release buffered messages that waited past :data:`BUFFER_HOLD` for a thread: the
+        buffer never sits on work another worker's free threads could run (nor on a queue
+        paused since the fetch). No attempt is spent; they are due again at once."""
+        if not self.held.waiting():
+            return
+        stale = self.held.take_stale(time.monotonic() - BUFFER_HOLD)
+        if stale:
+            self.completion.release(stale)
+            logger.debug(
+                "gave back %d message(s) that waited %.1fs for a free thread", len(stale), BUFFER_HOLD
+            )
 
     def _quota_used(self) -> bool:
         return self.max_messages is not None and self.stats.fetched >= self.max_messages
@@ -272,7 +289,11 @@ class Worker(StopOnSignal):
 
     def _due_in(self) -> float:
         """Until the next heartbeat, reap or interruption is due, capped by the poll interval."""
-        waits = [self.poll_interval, *self.housekeeping.due_in(time.monotonic())]
+        now = time.monotonic()
+        waits = [self.poll_interval, *self.housekeeping.due_in(now)]
+        oldest = self.held.oldest_waiting() if self.held.waiting() else None
+        if oldest is not None:
+            waits.append(oldest + BUFFER_HOLD - now)
         interrupt_due = self.control.due_in()
         if interrupt_due is not None:
             waits.append(interrupt_due)
