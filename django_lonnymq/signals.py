@@ -7,7 +7,8 @@ class), and ``message`` is the message itself:
 - :data:`message_started` (``message``): right before its handler runs, in the thread that
   runs it (for an ``async def`` handler, on the worker's event loop: keep receivers quick).
 - :data:`message_finished` (``message``, ``outcome``, ``error``): once per run, after the
-  database recorded what the run came to; ``outcome`` is one of :data:`FINISHED`, ``error``
+  database recorded what the run came to (in a worker: on its receivers thread, in order,
+  never on the thread that keeps leases and acks; :mod:`.worker.receivers`); ``outcome`` is one of :data:`FINISHED`, ``error``
   the stored error text (None after an ack or a snooze).
 - :data:`message_dead` (``message``, ``reason``, ``error``): the message went to the dead
   letters; ``reason`` is the one stored with it (``failed``, ``discarded``, ``timeout``,

@@ -29,7 +29,8 @@ from .fetching import Fetcher
 from .handlers import Handlers
 from .held import Held
 from .housekeeping import Housekeeping, Leases, Presence, Samples
-from .observer import LogObserver, Observers, SignalObserver
+from .observer import LogObserver, Observers
+from .receivers import ReceiverThread
 from .running import Control
 from .spans import TracingObserver
 from .stats import Stats
@@ -109,7 +110,8 @@ class Worker(StopOnSignal):
         self.observers = Observers(passes=self.connection.is_lost)
         self.observers.add(LogObserver())
         self.observers.add(TracingObserver(self.connection, self.held))
-        self.observers.add(SignalObserver())
+        # Signal receivers run on a thread of their own, not on this one (leases, acks).
+        self.observers.add(ReceiverThread(drain_timeout=self.shutdown_timeout))
         if housekeeping:
             self.observers.add(Samples(self.connection))
         self.control = Control(
