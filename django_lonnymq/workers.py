@@ -84,3 +84,16 @@ def listing(state: str | None = None, *, using: str | None = None) -> QuerySet[W
     if state not in STATES:
         raise InvalidArgument("state", f"must be one of {', '.join(STATES)}", state)
     return rows.filter(lq_state=state)  # type: ignore[misc]  # annotated by with_state
+
+
+def serving(queue: str, *, using: str | None = None) -> tuple[int, int]:
+    """Live workers serving ``queue``, and how many of those were full at their last
+    heartbeat (as many messages held as handler threads): why ready work may wait."""
+    from django.db.models import Count, F, Q
+
+    found = (
+        listing("live", using=using)
+        .filter(queues__contains=[queue])
+        .aggregate(live=Count("pk"), full=Count("pk", filter=Q(in_flight__gte=F("concurrency"))))
+    )
+    return found["live"] or 0, found["full"] or 0

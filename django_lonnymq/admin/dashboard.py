@@ -22,7 +22,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import urlencode
 
-from .. import alarms, api, db, workflows
+from .. import alarms, api, db, workers, workflows
 from ..conf import settings
 from ..exceptions import InvalidArgument
 from ..figures import (
@@ -203,6 +203,13 @@ def tenants(
     waits for the queue's resume, not for a worker."""
     params = {"queue": queue, "limit": TENANTS, "cap": COUNT_CAP, "candidates": TENANT_CANDIDATES}
     rows = db.rows("queue_tenants", params, using=using)
+    live, full = workers.serving(queue, using=using)
+    if not live:
+        why_waiting = "ready, waiting for a worker: none is running"
+    elif full == live:
+        why_waiting = f"ready, waiting for a worker: all {live:,} are full"
+    else:
+        why_waiting = "ready, waiting for a worker"
     found = []
     for (channel_id, name, paused, max_concurrency, in_flight, weight, interval_ms, rate_count, rate_period_ms,
          rate_burst, next_at, last_at, released, head_at, now_ms, ready, scheduled) in rows:  # fmt: skip
@@ -217,7 +224,7 @@ def tenants(
         elif waiting and next_at is not None and next_at > now_ms:
             state = "waiting for its rate limit"
         elif waiting:
-            state = "ready, waiting for a worker"
+            state = why_waiting
         elif head_at is not None:
             state = "scheduled only"
         else:
@@ -234,7 +241,7 @@ def tenants(
                 "name": name,
                 "url": reverse("admin:django_lonnymq_channel_change", args=[channel_id]),
                 "state": state,
-                "warn": state in ("ready, waiting for a worker", "at its cap", "waiting for its rate limit"),
+                "warn": state in (why_waiting, "at its cap", "waiting for its rate limit"),
                 "paused": paused,
                 "at_cap": at_cap,
                 "ready": count_text(ready) if not paused else f"paused ({count_text(ready + scheduled)})",

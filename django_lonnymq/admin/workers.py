@@ -105,7 +105,9 @@ class WorkerAdmin(DatabaseAdmin):
 
     @admin.display(description="in flight / threads")
     def in_flight_of(self, obj: Worker) -> str:
-        return f"{obj.in_flight:,} / {obj.concurrency:,}"
+        """ "full" when it holds as many messages as threads: it fetches no more until one ends."""
+        full = obj.in_flight >= obj.concurrency and (getattr(obj, "lq_state", None) or obj.state) == "live"
+        return f"{obj.in_flight:,} / {obj.concurrency:,}" + (" (full)" if full else "")
 
     @admin.display(description="leases held now", ordering="lq_leases")
     def leases_now(self, obj: Worker) -> Any:

@@ -119,3 +119,37 @@ def test_a_large_queue_has_its_heads_looked_up_for_a_bounded_set_of_channels() -
     # channels yet) and of the 3 with the most in flight, then the counts of the 3 rows shown.
     assert after - middle < (middle - before) / 4, (after - middle, middle - before)
     assert [row[1] for row in bounded] == [row[1] for row in every] == ["c000", "c001", "c002"]
+
+
+def _beat(name: str, *, in_flight: int, concurrency: int) -> None:
+    from datetime import UTC, datetime
+    from uuid import uuid4
+
+    from django_lonnymq import sql
+
+    params = {
+        "name": name, "instance": str(uuid4()), "host": "h", "pid": 1, "queues": [QUEUE],
+        "concurrency": concurrency, "started_at": datetime.now(UTC), "in_flight": in_flight,
+        "processed": 0, "failed": 0, "lost_after_ms": 30_000, "prune_after_ms": 86_400_000,
+    }  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.execute(sql.query("worker_beat"), params)
+
+
+def test_ready_work_says_why_it_waits_none_running_or_every_worker_full(admin_client: Client) -> None:
+    """Ready work that waits says whether no worker serves the queue, or every one is full
+    (as many messages held as threads at its last heartbeat); the workers page marks the full."""
+    api.enqueue(QUEUE, {"n": 1}, channel="fresh")
+
+    def state() -> str:
+        [row] = rows(admin_client.get(DASHBOARD, {"queue": QUEUE}).content.decode())
+        return row
+
+    assert "ready, waiting for a worker: none is running" in state()
+    _beat("w-full", in_flight=4, concurrency=4)
+    assert "ready, waiting for a worker: all 1 are full" in state()
+    _beat("w-free", in_flight=1, concurrency=4)
+    assert "ready, waiting for a worker" in state() and "full" not in state() and "none" not in state()
+
+    page = admin_client.get(reverse("admin:django_lonnymq_worker_changelist")).content.decode()
+    assert "4 / 4 (full)" in page and "1 / 4 (full)" not in page and "1 / 4" in page
