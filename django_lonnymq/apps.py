@@ -1,5 +1,6 @@
-"""App config: registers the system checks; eager mode turned on in the settings starts
-watching ``atomic()`` blocks before any opens (:func:`django_lonnymq.eager.watch_block_exits`)."""
+"""App config: registers the system checks and the workers' duties (the periodic schedules'
+ticks); eager mode turned on in the settings starts watching ``atomic()`` blocks before any
+opens (:func:`django_lonnymq.eager.watch_block_exits`)."""
 
 from django.apps import AppConfig
 
@@ -16,8 +17,12 @@ class LonnyMQConfig(AppConfig):
         from . import (
             checks,  # noqa: F401  (registers the checks)
             eager,
+            schedules,
         )
         from .conf import settings
+        from .worker import duties
+
+        duties.register("schedules", schedules.worker_duty)
 
         if settings.EAGER:
             eager.watch_block_exits()

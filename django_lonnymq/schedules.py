@@ -581,6 +581,12 @@ def first_tick(cron: str | None, every_ms: int | None, timezone: str, now_ms: in
     return Timing(cron, every_ms, timezone).next_after(arguments.now_ms() if now_ms is None else now_ms)
 
 
+def worker_duty(queues: Sequence[str], poll_interval: float, using: str) -> Ticker:
+    """Each worker's schedule ticks (registered with :mod:`django_lonnymq.worker.duties` by the
+    app's ``ready()``): the schedules of its queues, synced at its first maintenance step."""
+    return Ticker(queues, interval=poll_interval, using=using)
+
+
 class Ticker:
     """A worker's periodic duty: sync the declarations once, then tick on its own clock.
 

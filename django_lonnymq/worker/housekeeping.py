@@ -10,7 +10,8 @@ maintenance step (never one call per message):
   the maintenance tick;
 - :class:`Vacuum`: the channel and wake-up mark tables, vacuumed when their dead row
   versions pile up (``LONNYMQ_VACUUM_THRESHOLD``), whether autovacuum comes or not;
-- the periodic schedules of the worker's queues (:class:`django_lonnymq.schedules.Ticker`).
+- the duties features register (:mod:`.duties`): the periodic schedules of the worker's
+  queues (:class:`django_lonnymq.schedules.Ticker`) are one.
 """
 
 from __future__ import annotations
@@ -25,12 +26,13 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
-from .. import db, schedules
+from .. import db
 from ..bounds import MAX_INTERVAL
 from ..conf import settings, to_ms
 from ..exceptions import LeaseLost
 from ..message import Message
 from ..sampling import count_cap, interval_ms, keep_ms
+from . import duties
 from .connection import ControlConnection
 from .held import Held
 from .observer import Observer, Observers
@@ -373,8 +375,8 @@ class Housekeeping:
         self.pruner = Pruner(connection, stats, observers)
         self.vacuum = Vacuum(connection)
         self.enabled = enabled
-        # Periodic schedules of these queues: synced at the first maintenance, then ticked.
-        self.ticker = schedules.Ticker(queues, interval=poll_interval, using=connection.using)
+        # The features' duties (the periodic schedules of these queues, ...), each on its own clock.
+        self.duties = duties.build(queues, poll_interval, connection.using)
 
     def tick(self, stopping: bool) -> None:
         if self.enabled:
@@ -386,7 +388,13 @@ class Housekeeping:
         if self.enabled and not stopping:
             self.pruner.tick(now)
             self.vacuum.tick(now)
-            self.ticker.run(self.connection.conn)  # never raises; on its own clock
+            for name, duty in self.duties:
+                try:
+                    duty.run(self.connection.conn)
+                except Exception as exc:
+                    if self.connection.is_lost(exc):
+                        raise
+                    logger.exception("worker duty %s failed; it runs again at the next step", name)
 
     def due_in(self, now: float) -> list[float]:
         """Seconds until the heartbeat, the reaper and the pruner are due (any may be negative)."""

@@ -80,3 +80,33 @@ def test_the_seam_check_sees_a_cursor_and_sql_text(tmp_path):
 
 def test_the_seam_exists_where_the_docs_say():
     assert (ROOT / "db.py").exists() and (ROOT / "sql" / "queries.sql").exists()
+
+
+# Feature modules: the worker package runs handlers and keeps leases; features hook into it
+# (worker/duties.py, the observers, signals), never the other way round.
+FEATURES = {
+    f"{PACKAGE}.{name}" for name in ("schedules", "tasks", "workflows", "topics", "api", "admin", "eager", "testing")
+}
+
+
+def test_the_worker_package_imports_no_feature_module():
+    """Every import counted, function-level ones too: a feature module imported by the worker
+    package (or by anything it imports, transitively) would tie the two together."""
+    edges = graph()
+    worker_modules = {name for name in edges if name == f"{PACKAGE}.worker" or name.startswith(f"{PACKAGE}.worker.")}
+    assert worker_modules, "the worker package is gone: update the test"
+    seen, reaching = set(worker_modules), {}
+    frontier = sorted(worker_modules)
+    while frontier:
+        module = frontier.pop()
+        for target in edges.get(module, {}):
+            if target.startswith(f"{PACKAGE}.admin"):
+                target_feature = f"{PACKAGE}.admin"
+            else:
+                target_feature = target
+            if target_feature in FEATURES:
+                reaching[module] = target
+            if target not in seen and target.startswith(PACKAGE):
+                seen.add(target)
+                frontier.append(target)
+    assert reaching == {}, f"the worker package reaches feature modules: {reaching} (importer: imported)"
