@@ -14,11 +14,20 @@ PYTHON_DJANGO6 ?= $(shell for candidate in python3.12 python3.13 \
 	&& { command -v "$$candidate"; break; }; done)
 CHROMIUM := command -v chromium >/dev/null || command -v /usr/bin/chromium >/dev/null || \
 	(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+# plpgsql_check (tests/migrations/test_plpgsql_check.py) beside each local PostgreSQL server:
+# Debian's postgresql-<major>-plpgsql-check, where we are root with apt-get. Elsewhere make
+# goes on and that test fails, saying what to install on the server that runs the tests.
+PLPGSQL_CHECK := ls /usr/share/postgresql/*/extension/plpgsql_check.control >/dev/null 2>&1 || \
+	{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && [ -d /usr/lib/postgresql ] && \
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	$$(ls /usr/lib/postgresql | sed 's/.*/postgresql-&-plpgsql-check/') >/dev/null; } || \
+	echo "make: plpgsql_check is not installed (root and apt-get needed); tests/migrations/test_plpgsql_check.py will fail" >&2
 
 .PHONY: install test test-django52 test-django6 test-fast demo bench bench-compare lint dist docs screenshots clean
 
 $(STAMP): pyproject.toml
 	$(CHROMIUM)
+	$(PLPGSQL_CHECK)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet --upgrade -e . --group dev "Django>=5.2,<6"
@@ -29,6 +38,7 @@ $(STAMP6): pyproject.toml
 	(python3.12, python3.13, a pyenv 3.12+ install). Install one or set PYTHON_DJANGO6=/path/to/python3.12; \
 	'make test-django52' runs the Django 5.2 suite alone." >&2; exit 1; }
 	$(CHROMIUM)
+	$(PLPGSQL_CHECK)
 	$(PYTHON_DJANGO6) -m venv $(VENV6)
 	$(VENV6)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV6)/bin/python -m pip install --quiet --upgrade -e . --group dev "Django>=6.0,<7"

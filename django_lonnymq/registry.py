@@ -40,12 +40,15 @@ def handler(queue: str, *, timeout: timedelta | float | None = None) -> Callable
     def register(func: F) -> F:
         if not callable(func):
             raise InvalidArgument("handler", "must be callable", func)
-        if inspect.isasyncgenfunction(func) or inspect.isasyncgenfunction(_call_of(func)):
+        # A call would return a generator without running the body. Looked for through
+        # decorators that say what they wrap (functools.wraps sets __wrapped__); a run that
+        # returns a generator anyway fails (worker/outcomes.py).
+        candidates = _what_runs(func)
+        if any(inspect.isasyncgenfunction(each) for each in candidates):
             raise InvalidArgument(
                 "handler", "must be a function or an async def function, not an async generator", func
             )
-        if inspect.isgeneratorfunction(func) or inspect.isgeneratorfunction(_call_of(func)):
-            # A call would return a generator without running the body, and the message be acked.
+        if any(inspect.isgeneratorfunction(each) for each in candidates):
             raise InvalidArgument(
                 "handler", "must be a function or an async def function, not a generator (it yields)", func
             )
@@ -65,6 +68,18 @@ def handler(queue: str, *, timeout: timedelta | float | None = None) -> Callable
         return func
 
     return register
+
+
+def _what_runs(func: Any) -> list[Any]:
+    """``func``, its class's ``__call__`` and what each wraps (``__wrapped__``, innermost last)."""
+    found: list[Any] = []
+    for each in (func, _call_of(func)):
+        for _ in range(100):  # a chain of decorators, never a cycle
+            if each is None or any(each is seen for seen in found):
+                break
+            found.append(each)
+            each = getattr(each, "__wrapped__", None)
+    return found
 
 
 def _call_of(func: Any) -> Any:

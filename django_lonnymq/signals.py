@@ -15,15 +15,18 @@ class), and ``message`` is the message itself:
   ``cancelled``, ``snoozed too often``). ``message_finished`` with outcome ``dead`` follows.
 
 A receiver that raises is logged (logger ``django_lonnymq.signals``) and changes nothing:
-not the message's outcome, not the worker. With no receiver connected a signal costs one
+not the message's outcome, not the worker, not the other receivers; a ``BaseException``
+(``SystemExit``, ``KeyboardInterrupt``, ``asyncio.CancelledError``) included. With no receiver connected a signal costs one
 list check per event.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from django.dispatch import Signal
 
 logger = logging.getLogger("django_lonnymq.signals")
@@ -39,21 +42,54 @@ message_dead = Signal()
 
 
 def send(signal: Signal, sender: Any, **named: Any) -> None:
-    """Send ``signal`` to its receivers; log, never raise, what one of them raises (Django's
-    ``send_robust`` logs the traceback on ``django.dispatch``; this line names the message)."""
+    """Send ``signal`` to its receivers; log, never raise, what one of them raises, even a
+    ``BaseException`` (``SystemExit``, ``asyncio.CancelledError``): the line names the message,
+    with the traceback."""
     if not signal.receivers:
         return
-    for receiver, result in signal.send_robust(sender, **named):
-        if isinstance(result, Exception):
-            message = named.get("message")
-            logger.error(
-                "receiver %s of %s failed on message %s of %s: %r",
-                getattr(receiver, "__qualname__", receiver),
-                _name_of(signal),
-                getattr(message, "id", "-"),
-                getattr(message, "queue", "-"),
-                result,
-            )
+    for receiver, raised in send_each(signal, sender, **named):
+        message = named.get("message")
+        logger.error(
+            "receiver %s of %s failed on message %s of %s: %r",
+            getattr(receiver, "__qualname__", receiver),
+            _name_of(signal),
+            getattr(message, "id", "-"),
+            getattr(message, "queue", "-"),
+            raised,
+            exc_info=raised,
+        )
+
+
+def send_each(signal: Signal, sender: Any, **named: Any) -> list[tuple[Any, BaseException]]:
+    """Call every receiver of ``signal`` as Django's ``send_robust`` does (the plain ones in
+    order, then the ``async def`` ones together), but catch ``BaseException``, not only
+    ``Exception``: what a receiver raises never reaches the sender, and the receivers after it
+    still run. Returns each receiver that raised, with what it raised."""
+    if not signal.receivers:
+        return []
+    sync_receivers, async_receivers = signal._live_receivers(sender)
+    raised: list[tuple[Any, BaseException]] = []
+    for receiver in sync_receivers:
+        try:
+            receiver(signal=signal, sender=sender, **named)
+        except BaseException as exc:  # noqa: BLE001 - a receiver never stops its sender
+            raised.append((receiver, exc))
+    if async_receivers:
+
+        async def call(receiver: Any) -> BaseException | None:
+            try:
+                await receiver(signal=signal, sender=sender, **named)
+            except BaseException as exc:  # noqa: BLE001 - CancelledError and SystemExit too
+                return exc
+            return None
+
+        async def call_all() -> list[BaseException | None]:
+            return list(await asyncio.gather(*(call(receiver) for receiver in async_receivers)))
+
+        for receiver, failure in zip(async_receivers, async_to_sync(call_all)(), strict=True):
+            if failure is not None:
+                raised.append((receiver, failure))
+    return raised
 
 
 def _name_of(signal: Signal) -> str:

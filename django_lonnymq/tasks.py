@@ -56,6 +56,7 @@ from .exceptions import (
 )
 from .message import Message
 from .registry import add_discovery_hook, register_default
+from .signals import send_each
 
 try:  # Django 6
     from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
@@ -511,16 +512,15 @@ def _error(exc: BaseException) -> dict[str, str]:
 def _send_finished(sender: type, result: TaskResult) -> None:
     """``task_finished``, sent after the final state is stored. A receiver that raises is
     logged: the task's outcome is already recorded, and failing the message here would run
-    a finished task again."""
-    for receiver, response in _task_signals.task_finished.send_robust(sender, task_result=result):
-        if isinstance(response, Exception):
-            logger.error(
-                "task_finished receiver %r raised %s for task result %s",
-                receiver,
-                type(response).__name__,
-                result.id,
-                exc_info=response,
-            )
+    a finished task again (``SystemExit`` and ``asyncio.CancelledError`` too)."""
+    for receiver, raised in send_each(_task_signals.task_finished, sender, task_result=result):
+        logger.error(
+            "task_finished receiver %r raised %s for task result %s",
+            receiver,
+            type(raised).__name__,
+            result.id,
+            exc_info=raised,
+        )
 
 
 def _our_backend(alias: Any) -> LonnyMQBackend | None:
@@ -612,7 +612,10 @@ def _cannot_run(
     _start(record, rows)
     task = _stand_in_task(record.task_path, record.backend, record.queue, record.priority)
     sender = type(backend) if backend is not None else LonnyMQBackend
-    _task_signals.task_started.send_robust(sender, task_result=_result_from_record(record, task))
+    for receiver, raised in send_each(
+        _task_signals.task_started, sender, task_result=_result_from_record(record, task)
+    ):
+        logger.error("task_started receiver %r raised %r for task message %s", receiver, raised, message.id)
     _fail(record, rows, error, final=True)
     logger.error("task message %s cannot run: %s", message.id, error)
     _send_finished(sender, _result_from_record(record, task))

@@ -304,7 +304,30 @@ class NoBulkDelete:
         return dict(actions)
 
 
-class DatabaseAdmin(admin.ModelAdmin):
+def unstorable_query(request: HttpRequest) -> bool:
+    """Whether a name or value of the request's query string holds what no text column can
+    (a NUL, a lone surrogate): compared with a column it would be a database error."""
+    return any(storable(name) is None for name in request.GET) or any(
+        storable(value) is None for values in request.GET.lists() for value in values[1]
+    )
+
+
+class StorableOnly:
+    """A page whose query string or object key holds what PostgreSQL cannot compare with text
+    (a NUL, a lone surrogate) matches no row: an empty list, a missing object (Django's
+    redirect or 404), never a database error and an HTTP 500."""
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        queryset = super().get_queryset(request)  # type: ignore[misc]
+        return queryset.none() if unstorable_query(request) else queryset
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: Any = None) -> Any:
+        if storable(object_id) is None:
+            return None
+        return super().get_object(request, object_id, from_field)  # type: ignore[misc]
+
+
+class DatabaseAdmin(StorableOnly, admin.ModelAdmin):
     """A list and detail pages of one database at a time when queues live on several."""
 
     def get_list_filter(self, request: HttpRequest) -> Any:

@@ -22,7 +22,7 @@ from django.utils.http import urlencode
 from .. import api, bounds
 from ..exceptions import LonnyMQError
 from ..models import Plan
-from .common import NoBulkDelete, RateField, rate_text
+from .common import NoBulkDelete, RateField, StorableOnly, rate_text
 
 MAX_RELEASE_INTERVAL_MS = bounds.MAX_INTERVAL // timedelta(milliseconds=1)
 
@@ -64,7 +64,7 @@ class PlanForm(forms.ModelForm):
 
 
 @admin.register(Plan)
-class PlanAdmin(NoBulkDelete, admin.ModelAdmin):
+class PlanAdmin(NoBulkDelete, StorableOnly, admin.ModelAdmin):
     form = PlanForm
     list_display = (
         "name",

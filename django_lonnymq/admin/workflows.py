@@ -20,7 +20,7 @@ from django.utils.safestring import SafeString, mark_safe
 from .. import workflows
 from ..models import WorkflowRecord
 from ..urlparams import storable
-from .common import CHANNEL_FILTER_LIMIT, ReadOnlyQueueAdmin, when
+from .common import CHANNEL_FILTER_LIMIT, ReadOnlyQueueAdmin, unstorable_query, when
 
 # Fill colours of a step by state (the legend under the graph says the same).
 COLOURS = {
@@ -132,7 +132,10 @@ class WorkflowAdmin(ReadOnlyQueueAdmin):
     readonly_fields = fields
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        return WorkflowRecord.objects.using(router.db_for_read(WorkflowRecord)).defer("on_failure_payload")
+        queryset = WorkflowRecord.objects.using(router.db_for_read(WorkflowRecord)).defer(
+            "on_failure_payload"
+        )
+        return queryset.none() if unstorable_query(request) else queryset  # as StorableOnly does
 
     # -- the workflow's own page: Cancel and Requeue failed steps buttons (POST) -----------
 

@@ -183,7 +183,10 @@ class Handlers:
                     message,
                     lambda: self.handlers[message.queue](message),  # type: ignore[arg-type, return-value]
                 )
-                found = outcomes.acked(message, result) if exc is None else outcomes.outcome_of(message, exc)
+                if exc is not None:
+                    found = outcomes.outcome_of(message, exc)
+                else:
+                    found = outcomes.not_run(message, result) or outcomes.acked(message, result)
                 timeout = self.control.timeouts.get(message.queue)
                 outcome = outcomes.after_interrupt(message, found, interrupted, timeout)
         except BaseException as exc:  # a bug of ours around the handler, not the handler's

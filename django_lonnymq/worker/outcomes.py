@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -106,9 +106,28 @@ def run(handle: Callable[[Message], object], message: Message) -> Outcome:
         if isinstance(result, Awaitable):
             getattr(result, "close", lambda: None)()
             return Outcome(message, "fail", error="the handler returned an awaitable: declare it async def")
-        return acked(message, result)
+        return not_run(message, result) or acked(message, result)
     except BaseException as exc:
         return outcome_of(message, exc)
+
+
+def not_run(message: Message, result: object) -> Outcome | None:
+    """A handler whose call returned a generator (or an async generator) ran none of its body:
+    the message fails, never acked unrun (a generator function behind a decorator that hid
+    it from the check at registration). None for any other result."""
+    if isinstance(result, Generator):
+        result.close()
+        kind = "a generator"
+    elif isinstance(result, AsyncGenerator):
+        kind = "an async generator"
+    else:
+        return None
+    return Outcome(
+        message,
+        "fail",
+        error=f"the handler returned {kind} and ran none of its body (it yields): "
+        "a handler must be a function or an async def function that returns",
+    )
 
 
 def acked(message: Message, result: object) -> Outcome:

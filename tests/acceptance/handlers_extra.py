@@ -58,3 +58,26 @@ def count_queue_in_flight(message: Message) -> None:
         with connection.cursor() as cursor:
             cursor.execute("UPDATE testapp_inflight SET now = now - 1 WHERE channel = %s", [key])
     record(message, "done")
+
+
+def _yields(message: Message):  # type: ignore[no-untyped-def]
+    record(message, "body")
+    yield message
+
+
+async def _yields_async(message: Message):  # type: ignore[no-untyped-def]
+    record(message, "body")
+    yield message
+
+
+@handler("acc_gen_hidden")
+def hides_a_generator(message: Message) -> object:
+    """Returns a generator (as a decorator that does not set ``__wrapped__`` would): the
+    message fails, its body never runs."""
+    return _yields(message)
+
+
+@handler("acc_agen_hidden")
+async def hides_an_async_generator(message: Message) -> object:
+    """An ``async def`` that returns an async generator: the message fails, its body never runs."""
+    return _yields_async(message)

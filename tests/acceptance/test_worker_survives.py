@@ -135,3 +135,16 @@ def test_a_dead_handler_thread_stops_the_worker_with_status_1(db):
     assert not thread.is_alive()
     assert worker.exit_code == 1
     assert api.check() == []
+
+
+def test_a_handler_that_returns_a_generator_fails_its_message_without_running_it(spawn, db):
+    ids = [enqueue_many(queue, [Item({}, max_attempts=1)])[0] for queue in ("acc_gen_hidden", "acc_agen_hidden")]
+    worker = spawn(
+        "--queue", "acc_gen_hidden", "--queue", "acc_agen_hidden", "--burst", settings="tests.acceptance.settings_extra"
+    )  # fmt: skip
+    assert worker.wait(timeout=30) == 0, describe(worker)
+    dead = db.dead("acc_gen_hidden") + db.dead("acc_agen_hidden")
+    assert [row["id"] for row in dead] == ids, describe(worker)
+    assert "returned a generator and ran none of its body" in dead[0]["last_error"]
+    assert "returned an async generator and ran none of its body" in dead[1]["last_error"]
+    assert db.events("body") == [] and worker.stats()["acked"] == 0

@@ -4,6 +4,7 @@ that raises is logged and changes nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Iterator
@@ -154,3 +155,85 @@ def test_a_receiver_that_raises_in_eager_mode_changes_no_outcome(heard, caplog):
     assert heard.of(ack) == [("started", None), ("finished", "acked")]
     ours = [r.getMessage() for r in caplog.records if r.name == "django_lonnymq.signals"]
     assert len(ours) == 1 and f"failed on message {ack} of {QUEUE}" in ours[0], ours
+
+
+# What a receiver may raise that is not an Exception: each is logged like any other error.
+BASE_EXCEPTIONS = [asyncio.CancelledError, SystemExit, KeyboardInterrupt]
+
+
+async def _handle_async(message: Message) -> None:
+    _handle(message)
+
+
+@pytest.fixture
+def async_queue() -> Iterator[str]:
+    handler(ASYNC_QUEUE)(_handle_async)
+    yield ASYNC_QUEUE
+    unregister(ASYNC_QUEUE)
+
+
+ASYNC_QUEUE = "t_signals_async"
+
+
+@pytest.mark.parametrize("raised", BASE_EXCEPTIONS)
+@pytest.mark.django_db(transaction=True)
+def test_a_receiver_raising_a_base_exception_changes_nothing_in_a_worker(heard, async_queue, caplog, raised):
+    def broken(sender, **kwargs):
+        raise raised("receiver bug")
+
+    for signal in (message_started, message_finished, message_dead):
+        signal.connect(broken)
+    try:
+        ids = _four() + enqueue_many(async_queue, [Item({"do": "ack"}), Item({"do": "discard"})])
+        with caplog.at_level(logging.ERROR, logger="django_lonnymq.signals"):
+            stats = drain(QUEUE, async_queue, concurrency=2)
+    finally:
+        for signal in (message_started, message_finished, message_dead):
+            signal.disconnect(broken)
+
+    assert (stats.acked, stats.retried, stats.dead) == (3, 1, 3), stats.summary()
+    assert stats.handler_crashes == 0
+    _assert_each_once(heard, ids[:4])  # the receivers after the broken one heard everything
+    assert heard.of(ids[4]) == [("started", None), ("finished", "acked")]
+    assert heard.of(ids[5]) == [("started", None), ("dead", "discarded"), ("finished", "dead")]
+    failures = [r for r in caplog.records if r.name == "django_lonnymq.signals"]
+    # 7 runs started and finished, 3 dead: 17 events, each logged once with its traceback.
+    assert len(failures) == 17, [r.getMessage() for r in failures]
+    assert all(r.exc_info and r.exc_info[0] is raised for r in failures)
+
+
+@pytest.mark.parametrize("raised", BASE_EXCEPTIONS)
+@pytest.mark.django_db
+def test_a_receiver_raising_a_base_exception_changes_nothing_in_eager_mode(heard, caplog, raised):
+    def broken(sender, **kwargs):
+        raise raised("receiver bug")
+
+    for signal in (message_started, message_finished, message_dead):
+        signal.connect(broken)
+    try:
+        with caplog.at_level(logging.ERROR, logger="django_lonnymq.signals"), eager():
+            ids = _four()
+    finally:
+        for signal in (message_started, message_finished, message_dead):
+            signal.disconnect(broken)
+    _assert_each_once(heard, ids)
+    assert DeadMessage.objects.filter(id__in=ids).count() == 2
+    assert not MessageRow.objects.filter(id__in=ids).exists()
+    assert len([r for r in caplog.records if r.name == "django_lonnymq.signals"]) == 12
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_async_receiver_raising_cancelled_error_changes_nothing(heard, caplog):
+    async def broken(sender, **kwargs):
+        raise asyncio.CancelledError("receiver bug")
+
+    message_finished.connect(broken)
+    try:
+        ids = enqueue_many(QUEUE, [Item({"do": "ack"}) for _ in range(2)])
+        with caplog.at_level(logging.ERROR, logger="django_lonnymq.signals"):
+            stats = drain(QUEUE)
+    finally:
+        message_finished.disconnect(broken)
+    assert stats.acked == 2 and stats.dead == 0, stats.summary()
+    assert [heard.of(i) for i in ids] == [[("started", None), ("finished", "acked")]] * 2
+    assert len([r for r in caplog.records if r.name == "django_lonnymq.signals"]) == 2

@@ -214,9 +214,12 @@ def test_task_started_receiver_that_raises_fails_the_attempt() -> None:
     assert [e.exception_class_path for e in result.errors] == ["builtins.RuntimeError"] * 2
 
 
-def test_task_finished_receiver_that_raises_does_not_run_the_task_again(caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("raised", [RuntimeError, SystemExit, asyncio.CancelledError, KeyboardInterrupt])
+def test_task_finished_receiver_that_raises_does_not_run_the_task_again(
+    caplog: pytest.LogCaptureFixture, raised: type[BaseException]
+) -> None:
     def broken(**kwargs: Any) -> None:
-        raise RuntimeError("receiver broke")
+        raise raised("receiver broke")
 
     task_finished.connect(broken, weak=False)
     try:

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from django.core.management import call_command
+from django.core.management import call_command, get_commands, load_command_class
 from django.core.management.base import CommandError
 
 from tests.conftest import ROOT, worker_env
@@ -45,3 +45,32 @@ def test_from_the_command_line_it_is_one_line_and_no_traceback():
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == ["CommandError: --database 'nope' is not in DATABASES (aliases: default)"]
+
+
+# The fewest arguments each of the app's commands that take --database needs to reach it.
+NEEDS = {
+    "run_queue_worker": ["--queue", "t_record"],
+    "lonnymq_queue": ["pause", "t_record"],
+    "lonnymq_spark_export": ["--input", str(ROOT / "README.md"), "--queue", "q", "--channel-col", "c"],
+}
+
+
+def _commands_with_database() -> list[str]:
+    found = []
+    for name, app in sorted(get_commands().items()):
+        if app != "django_lonnymq":
+            continue
+        parser = load_command_class(app, name).create_parser("manage.py", name)
+        if any("--database" in action.option_strings for action in parser._actions):
+            found.append(name)
+    return found
+
+
+def test_every_command_refuses_an_unknown_database_naming_the_known_aliases():
+    commands = _commands_with_database()
+    assert {"run_queue_worker", "lonnymq_queue", "lonnymq_stats", "lonnymq_health"} <= set(commands)
+    runs = [(name, NEEDS.get(name, [])) for name in commands] + [("lonnymq_queue", ["status"])]
+    for name, args in runs:
+        with pytest.raises(CommandError) as refused:
+            call_command(name, *args, "--database", "nosuch")
+        assert str(refused.value) == "--database 'nosuch' is not in DATABASES (aliases: default, other)", name

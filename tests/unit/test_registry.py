@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from django_lonnymq import handler
@@ -53,3 +55,40 @@ def test_an_async_generator_is_refused_and_a_plain_function_registers():
         return None
 
     assert handler("unit_plain")(plain) is plain and _handlers["unit_plain"] is plain
+
+
+def test_a_generator_behind_a_decorator_that_says_what_it_wraps_is_refused():
+    def logged(func):  # type: ignore[no-untyped-def]
+        @functools.wraps(func)
+        def wrapper(message):  # type: ignore[no-untyped-def]
+            return func(message)
+
+        return wrapper
+
+    def twice(func):  # type: ignore[no-untyped-def]
+        @functools.wraps(func)
+        async def wrapper(message):  # type: ignore[no-untyped-def]
+            return func(message)
+
+        return wrapper
+
+    def gen(message):  # type: ignore[no-untyped-def]
+        yield message
+
+    async def agen(message):  # type: ignore[no-untyped-def]
+        yield message
+
+    with pytest.raises(InvalidArgument, match="not a generator"):
+        handler("unit_wrapped_gen")(logged(gen))
+    with pytest.raises(InvalidArgument, match="not a generator"):
+        handler("unit_wrapped_twice")(logged(logged(gen)))
+    with pytest.raises(InvalidArgument, match="not an async generator"):
+        handler("unit_wrapped_agen")(twice(agen))
+    with pytest.raises(InvalidArgument, match="not an async generator"):
+        handler("unit_wrapped_agen_sync")(logged(agen))
+    assert not {
+        "unit_wrapped_gen",
+        "unit_wrapped_twice",
+        "unit_wrapped_agen",
+        "unit_wrapped_agen_sync",
+    } & set(_handlers)

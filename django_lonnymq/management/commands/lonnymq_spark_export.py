@@ -13,6 +13,7 @@ from psycopg import conninfo
 
 from django_lonnymq.conf import settings
 from django_lonnymq.exceptions import InvalidArgument
+from django_lonnymq.management.commands.run_queue_worker import check_database
 from django_lonnymq.routing import queue_database
 
 # Django OPTIONS that are libpq connection parameters (the rest are Django's or psycopg's own).
@@ -73,8 +74,7 @@ class Command(BaseCommand):
         from django_lonnymq.spark import ExportError
         from django_lonnymq.spark.cli import run
 
-        if options["database"] is not None and options["database"] not in connections:
-            raise CommandError(f"--database {options['database']!r} is not in DATABASES")
+        check_database(options["database"])
         # The queue's database (LONNYMQ_QUEUE_DATABASES) unless --database names another.
         try:
             alias = queue_database(options["queue"], options["database"])
