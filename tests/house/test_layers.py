@@ -100,10 +100,7 @@ def test_the_worker_package_imports_no_feature_module():
     while frontier:
         module = frontier.pop()
         for target in edges.get(module, {}):
-            if target.startswith(f"{PACKAGE}.admin"):
-                target_feature = f"{PACKAGE}.admin"
-            else:
-                target_feature = target
+            target_feature = f"{PACKAGE}.admin" if target.startswith(f"{PACKAGE}.admin.") else target
             if target_feature in FEATURES:
                 reaching[module] = target
             if target not in seen and target.startswith(PACKAGE):
