@@ -26,7 +26,7 @@ from .durations import duration_ms
 from .exceptions import InvalidArgument
 from .message import is_step, workflow_of
 from .rates import Rate
-from .routing import queue_database
+from .routing import queue_database, refuse_cross_database
 
 _UNSET: Any = object()
 
@@ -99,6 +99,7 @@ def enqueue(
         "max_attempts": attempts,
         **enqueue_params(),
     }
+    refuse_cross_database("enqueue", using)
     with tracing.enqueuing(queue, channel) as traced:
         if traced.context is None:
             message_id = int(db.value("enqueue", params, using=using))
@@ -191,6 +192,7 @@ def enqueue_many(
         "default_max_attempts": default_attempts,
         **enqueue_params(),
     }
+    refuse_cross_database("enqueue_many", using)
     with tracing.enqueuing(queue, None) as traced:
         if traced.context is None:
             ids = [int(i) for i in db.value("enqueue_many", params, using=using, arrays=True)]
