@@ -579,3 +579,41 @@ def test_requeue_failed_steps_of_an_unknown_workflow_is_refused_as_workflow_is()
         ) as raised:
             call(123456789)
         assert raised.value.field == "workflow_id" and raised.value.value == 123456789
+
+
+def test_a_requeue_waiting_on_a_workflows_cancel_sees_it_and_leaves_the_step_dead(connect):
+    """The requeue locks the step's row before it reads its workflow's state: a requeue that
+    waits for a cancel in progress (which holds the steps' rows) reads the cancel's outcome
+    once it commits, instead of the state it saw before it waited."""
+    flow = Workflow("racing")
+    failed = flow.step("wf_a", {}, max_attempts=1)
+    flow.step("wf_b", {}, after=[failed])
+    workflow_id = flow.start()
+    helpers.fail(helpers.dequeue("wf_a")[0], discard=True)
+    step_id = dead_ids()[0]
+    canceller = connect(autocommit=False)
+    canceller.execute(sql.query("workflow_cancel"), {"id": workflow_id})  # holds the steps' rows
+    requeued: list = []
+
+    def requeue() -> None:
+        conn = connect()
+        requeued.append(conn.execute(sql.query("requeue_dead"), {"ids": [step_id], "reset_attempts": True,
+                                                                "tolerance_ms": 50}).fetchone()[0])  # fmt: skip
+
+    thread = threading.Thread(target=requeue)
+    thread.start()
+    probe = connect()
+    for _ in range(200):  # until the requeue waits for the cancel's row lock
+        waiting = probe.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+            ["%lonnymq_requeue_dead_v1%"],
+        ).fetchone()[0]
+        if waiting:
+            break
+        threading.Event().wait(0.05)
+    assert waiting == 1
+    canceller.commit()
+    thread.join(10)
+    assert requeued == [[]]
+    assert dead_ids() == [step_id] and count("lonnymq_message") == 0
+    assert api.workflow(workflow_id).state == "cancelled" and api.check() == []
