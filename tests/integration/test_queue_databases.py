@@ -193,6 +193,22 @@ def test_a_task_queue_follows_the_mapping(fresh_backends):
     assert fresh_backends["default"].get_result(plain.id).id == plain.id
 
 
+def test_a_workflow_of_a_mapped_task_queue_and_its_result_rows_live_on_its_database(fresh_backends):
+    from tests.testapp import tasks
+
+    flow = Workflow("task steps")
+    first = flow.step(tasks.note, args=["hello"])  # queue_name="tasks_other"
+    flow.step("t_noop", {}, after=[first])
+    with pytest.raises(InvalidArgument, match="must live on the workflow's database 'other'"):
+        flow.step(tasks.add, args=[1, 2])  # queue "default" stays on default
+    workflow_id = flow.start()
+    assert flow.using == "other"
+    step_id = api.workflow(workflow_id, using="other").step("note").id
+    assert TaskResultRecord.objects.using("other").filter(message_id=step_id).exists()
+    assert not TaskResultRecord.objects.using("default").exists()
+    assert workflow_rows("default") == (0, 0, 0)
+
+
 # ---------------------------------------------------------------------------------------
 # Checks
 # ---------------------------------------------------------------------------------------
