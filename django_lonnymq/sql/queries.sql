@@ -336,8 +336,8 @@ SELECT w.id, w.name, w.channel, w.state, w.steps, w.remaining, w.dead, w.created
 
 -- name: workflow_steps
 -- A workflow's steps (running: its message is leased now; cancelled: queued, its message
--- deleted by api.cancel or a purge, which leave the step row as it was), with their
--- parents' ids.
+-- deleted by a purge, which leaves the step row as it was; api.check() reports such a step),
+-- with their parents' ids.
 SELECT s.id, s.name, s.queue, s.channel,
        CASE WHEN s.state = 'queued' AND m.id IS NULL THEN 'cancelled'
             WHEN s.state = 'queued' AND m.lease_until IS NOT NULL THEN 'running' ELSE s.state END,
