@@ -99,11 +99,13 @@ def refuse_cross_database(what: str, alias: str) -> None:
     rollback. ``LONNYMQ_CROSS_DATABASE_ENQUEUE`` says what then: ``"warn"`` (a
     :class:`CrossDatabaseWarning`, and the write goes ahead), ``"raise"``
     (:class:`CrossDatabaseTransaction`, nothing written) or ``"allow"``."""
+    if len(connections.settings) < 2:  # one database: nothing to escape (most projects)
+        return
     mode = settings.CROSS_DATABASE_ENQUEUE
     if mode == "allow" or connections[alias].in_atomic_block:
         return
     open_on = [
-        c.alias for c in connections.all(initialized_only=True) if c.alias != alias and c.in_atomic_block
+        other for other in connections.settings if other != alias and connections[other].in_atomic_block
     ]
     if not open_on:
         return
