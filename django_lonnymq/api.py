@@ -26,7 +26,7 @@ from .durations import duration_ms
 from .exceptions import InvalidArgument
 from .message import is_step, workflow_of
 from .rates import Rate
-from .routing import queue_database
+from .routing import queue_database, refuse_cross_database
 
 _UNSET: Any = object()
 
@@ -99,6 +99,7 @@ def enqueue(
         "max_attempts": attempts,
         **enqueue_params(),
     }
+    refuse_cross_database("enqueue", using)
     with tracing.enqueuing(queue, channel) as traced:
         if traced.context is None:
             message_id = int(db.value("enqueue", params, using=using))
@@ -191,6 +192,7 @@ def enqueue_many(
         "default_max_attempts": default_attempts,
         **enqueue_params(),
     }
+    refuse_cross_database("enqueue_many", using)
     with tracing.enqueuing(queue, None) as traced:
         if traced.context is None:
             ids = [int(i) for i in db.value("enqueue_many", params, using=using, arrays=True)]
@@ -405,7 +407,9 @@ def resume_queue(queue: str, *, using: str | None = None) -> bool:
 def requeue_dead(ids: Iterable[int], *, reset_attempts: bool = True, using: str | None = None) -> list[int]:
     """Move dead messages back into their channels, ready now. Returns the ids requeued.
 
-    In eager mode they run as new messages do (a workflow's dead step resumes its workflow)."""
+    A dead step of a cancelled workflow stays dead and is left out of the result (run again,
+    it would release nothing). In eager mode they run as new messages do (a workflow's dead
+    step resumes its workflow)."""
     params = {"ids": arguments.message_ids(ids), "reset_attempts": bool(reset_attempts), **enqueue_params()}
     requeued = list(db.value("requeue_dead", params, using=using))
     if requeued and eager.enabled():
@@ -436,7 +440,9 @@ def _run_requeued_eagerly(ids: list[int], alias: str) -> None:
 def cancel(ids: Iterable[int], *, missing_ok: bool = False, using: str | None = None) -> list[int]:
     """Cancel messages. Returns the ids cancelled.
 
-    A waiting (ready or scheduled) message is deleted at once. A running one is marked:
+    A waiting (ready or scheduled) message is deleted at once; a waiting workflow step goes
+    to the dead letters with reason ``cancelled`` instead, which fails its workflow as a dead
+    step does (``requeue_dead`` brings it back). A running one is marked:
     its worker learns it at its next heartbeat, sets ``message.cancel_requested`` (a
     cooperative handler stops there), interrupts the handler after ``LONNYMQ_CANCEL_GRACE``
     and moves the message to the dead letters with reason ``cancelled`` (``requeue_dead``
@@ -507,11 +513,13 @@ class Problem:
 
 def check(*, grace: timedelta | float = 1.0, using: str | None = None) -> list[Problem]:
     """The channels (and queue-wide caps) whose scheduler state disagrees with their messages,
-    and the workflow steps whose state disagrees with their parents' (empty: healthy)."""
+    and the workflow steps whose state disagrees with their parents' or their message's (a
+    queued step whose message a purge deleted: ``workflow_step_lost``) (empty: healthy)."""
     params = {"grace_ms": duration_ms("grace", grace, bounds.MAX_LEASE)}
     problems = [Problem(*row) for row in db.rows("check", params, using=using)]
     # Workflow invariants: no waiting step whose parents all succeeded, no released step
-    # with a parent that has not (no channel id: these are about steps).
+    # with a parent that has not, no queued step without a message (no channel id: these
+    # are about steps).
     problems.extend(Problem(None, *row) for row in db.rows("workflow_check", using=using))
     return problems
 

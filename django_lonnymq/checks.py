@@ -12,7 +12,14 @@ from django.db import DatabaseError, connections
 
 from .bounds import MAX_INTERVAL, MAX_LEASE
 from .bounds import MAX_SNOOZES as MAX_SNOOZES_BOUND
-from .conf import DEFAULTS, DURATIONS, SYNCHRONOUS_COMMIT_VALUES, settings, to_ms
+from .conf import (
+    CROSS_DATABASE_ENQUEUE_VALUES,
+    DEFAULTS,
+    DURATIONS,
+    SYNCHRONOUS_COMMIT_VALUES,
+    settings,
+    to_ms,
+)
 
 # The longest each duration setting may be: beyond it a value would be refused by the SQL
 # functions at every call, stopping what the worker does with it.
@@ -354,6 +361,24 @@ def check_worker_synchronous_commit(app_configs: Any = None, **kwargs: Any) -> l
 
 
 @register(Tags.compatibility)
+def check_cross_database_enqueue(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """E310: LONNYMQ_CROSS_DATABASE_ENQUEUE is "warn", "raise" or "allow"."""
+    value = settings.CROSS_DATABASE_ENQUEUE
+    if isinstance(value, str) and value in CROSS_DATABASE_ENQUEUE_VALUES:
+        return []
+    return [
+        Error(
+            f"LONNYMQ_CROSS_DATABASE_ENQUEUE must be one of {', '.join(CROSS_DATABASE_ENQUEUE_VALUES)}, "
+            f"got {value!r}.",
+            hint='"warn" (the default): a write to a queue on another database than the open transaction\'s '
+            'warns and commits at once; "raise": it is refused; "allow": it commits at once, silently. '
+            'Enqueues treat an unknown value as "raise" meanwhile.',
+            id="lonnymq.E310",
+        )
+    ]
+
+
+@register(Tags.compatibility)
 def check_channel_idle_prune(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """E280: LONNYMQ_CHANNEL_IDLE_PRUNE is None or a positive duration of at most 366 days."""
     value = settings.CHANNEL_IDLE_PRUNE
@@ -390,7 +415,7 @@ def _configuration_errors() -> bool:
     report an error: ``migrate`` runs the checks first and stops on any error."""
     own = (check_database, check_queue_databases, check_settings, check_handler_modules, check_worker_heartbeat,
            check_sampling, check_handler_timeout, check_health, check_channel_idle_prune,
-           check_workflow_retention)  # fmt: skip
+           check_workflow_retention, check_cross_database_enqueue)  # fmt: skip
     if any(check() for check in own):
         return True
     try:

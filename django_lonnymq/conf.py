@@ -22,6 +22,11 @@ DEFAULTS: dict[str, Any] = {
     "DATABASE": "default",
     # Queues that live on another database alias: {"reports": "analytics"} (django_lonnymq.routing).
     "QUEUE_DATABASES": {},
+    # A write to a queue on one database (enqueue, enqueue_many, a workflow's start) while a
+    # transaction is open on another and none on the queue's commits at once, whatever becomes
+    # of the open one: "warn" (a CrossDatabaseWarning, then write), "raise" (CrossDatabaseTransaction,
+    # nothing written) or "allow" (write, say nothing). docs/scaling.md.
+    "CROSS_DATABASE_ENQUEUE": "warn",
     # Deliveries before a failing message goes to the dead-letter table.
     "MAX_ATTEMPTS": 5,
     # A priority of p acts as "enqueued p steps earlier".
@@ -108,6 +113,9 @@ DEFAULTS: dict[str, Any] = {
     # Extra modules the worker imports to register handlers (besides each app's handlers.py).
     "HANDLER_MODULES": [],
 }
+
+# The values LONNYMQ_CROSS_DATABASE_ENQUEUE may take.
+CROSS_DATABASE_ENQUEUE_VALUES = ("warn", "raise", "allow")
 
 # The values of PostgreSQL's synchronous_commit LONNYMQ_WORKER_SYNCHRONOUS_COMMIT may take.
 SYNCHRONOUS_COMMIT_VALUES = ("on", "off", "local", "remote_write", "remote_apply")

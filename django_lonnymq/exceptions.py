@@ -165,6 +165,32 @@ class LockTableFull(LonnyMQError):
         )
 
 
+class DatabaseReadOnly(LonnyMQError):
+    """The queue's database takes no writes (SQLSTATE 25006): a hot standby, a read-only
+    role or ``default_transaction_read_only``, or a transaction opened ``READ ONLY``. Nothing
+    was written, and the transaction is aborted. Point ``LONNYMQ_DATABASE`` (or the queue's
+    ``LONNYMQ_QUEUE_DATABASES`` entry) at the primary."""
+
+    def __init__(self, detail: str):
+        self.detail = detail
+        super().__init__(
+            f"the queue's database is read-only ({detail}): nothing was written and the transaction is "
+            "aborted; queue calls need a database that takes writes (the primary, not a standby or a "
+            "read-only role or transaction): check LONNYMQ_DATABASE, LONNYMQ_QUEUE_DATABASES and using="
+        )
+
+
+class CrossDatabaseTransaction(LonnyMQError):
+    """A write to a queue on one database while a transaction is open on another and none on
+    the queue's: it would commit at once, whatever becomes of the open transaction. Raised
+    when ``LONNYMQ_CROSS_DATABASE_ENQUEUE = "raise"`` (nothing was written); ``"warn"`` (the
+    default) issues a :class:`CrossDatabaseWarning` and writes."""
+
+
+class CrossDatabaseWarning(RuntimeWarning):
+    """:class:`CrossDatabaseTransaction`, as a warning: the write went ahead and committed at once."""
+
+
 class UnsupportedIsolation(LonnyMQError):
     """The operation needs READ COMMITTED."""
 
@@ -334,6 +360,8 @@ def translate(exc: BaseException) -> LonnyMQError | None:
         if kind is PriorityWithSchedule:
             return PriorityWithSchedule("priority", "cannot be combined with a future run time", message=text)
         return kind(text)
+    if sqlstate == "25006":  # read_only_sql_transaction
+        return DatabaseReadOnly(text)
     if sqlstate == "53200" and "max_locks_per_transaction" in (getattr(diag, "message_hint", None) or ""):
         return LockTableFull(text)
     if sqlstate in _UNDEFINED and _OURS.search(text):

@@ -11,6 +11,7 @@ cannot tell. docs/scaling.md.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -18,7 +19,7 @@ from django.db import connections
 
 from .arguments import queue as check_queue
 from .conf import settings
-from .exceptions import InvalidArgument, LonnyMQError
+from .exceptions import CrossDatabaseTransaction, CrossDatabaseWarning, InvalidArgument, LonnyMQError
 
 
 def _mapping() -> Mapping[str, str]:
@@ -90,3 +91,33 @@ def mapping_problems(value: Any) -> list[str]:
                 f"queue {queue!r} maps to {alias!r}, which is {connections[alias].vendor}, not PostgreSQL"
             )
     return problems
+
+
+def refuse_cross_database(what: str, alias: str) -> None:
+    """Before ``what`` writes on ``alias`` outside a transaction there while one is open on
+    another alias of this thread: it would commit at once and survive that transaction's
+    rollback. ``LONNYMQ_CROSS_DATABASE_ENQUEUE`` says what then: ``"warn"`` (a
+    :class:`CrossDatabaseWarning`, and the write goes ahead), ``"raise"``
+    (:class:`CrossDatabaseTransaction`, nothing written) or ``"allow"``."""
+    if len(connections.settings) < 2:  # one database: nothing to escape (most projects)
+        return
+    mode = settings.CROSS_DATABASE_ENQUEUE
+    if mode == "allow" or connections[alias].in_atomic_block:
+        return
+    open_on = [
+        other for other in connections.settings if other != alias and connections[other].in_atomic_block
+    ]
+    if not open_on:
+        return
+    text = (
+        f"{what} writes on database {alias!r}, which is not in a transaction, while a transaction is open on "
+        f"{', '.join(repr(a) for a in open_on)}: it commits at once, and a rollback there will not undo it. "
+        f"Open transaction.atomic(using={alias!r}) too (the message then commits with that transaction), "
+        "or set LONNYMQ_CROSS_DATABASE_ENQUEUE"
+    )
+    if mode == "warn":
+        warnings.warn(text + ' = "allow" to write so without a warning', CrossDatabaseWarning, stacklevel=3)
+        return
+    raise CrossDatabaseTransaction(
+        text + ' = "warn" or "allow" to let it commit at once; nothing was written'
+    )

@@ -822,6 +822,7 @@ class StepTask:
     payload: dict[str, Any]
     max_attempts: int
     record: dict[str, Any]
+    database: str  # the task queue's database alias (the backend's DATABASE, or the queue's)
 
 
 def step_task(
@@ -832,7 +833,7 @@ def step_task(
     channel: str | None,
     workflow_channel: str | None,
     max_attempts: int | None,
-    using: str,
+    using: str | None,
 ) -> StepTask:
     """Check a task given as a workflow step and build its message; every refusal is an
     :class:`~django_lonnymq.exceptions.InvalidArgument` naming the field (nothing written).
@@ -871,7 +872,7 @@ def step_task(
         raise InvalidArgument("task", "must be a @task of an installed app's tasks module or OPTIONS['TASK_MODULES']",
                               path) from exc  # fmt: skip
     database = backend.database_for(queue_name)
-    if database != using:
+    if using is not None and database != using:
         raise InvalidArgument("using", f"must be the database of task queue {queue_name!r}",
                               f"{using!r}, not {database!r}")  # fmt: skip
     if isinstance(args, (str, bytes, dict)) or not isinstance(args, (list, tuple)):
@@ -902,7 +903,7 @@ def step_task(
         "args": list(args),
         "kwargs": dict(kwargs),
     }
-    return StepTask(queue_name, chosen, payload, max_attempts, record)
+    return StepTask(queue_name, chosen, payload, max_attempts, record, database)
 
 
 def write_step_results(records: list[dict[str, Any]], using: str) -> None:

@@ -22,14 +22,14 @@ from __future__ import annotations
 import functools
 import heapq
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
 
-from . import arguments, bounds, db, eager
+from . import arguments, bounds, db, eager, routing
 from .conf import settings
 from .durations import duration_ms
 from .exceptions import InvalidArgument
@@ -65,6 +65,7 @@ class Step:
         "max_attempts",
         "after",
         "task",
+        "database",
     )
 
     def __init__(
@@ -89,6 +90,7 @@ class Step:
         self.max_attempts = max_attempts
         self.after = after
         self.task: dict[str, Any] | None = None  # a Django Task step's result row
+        self.database = workflow.using  # the database alias its queue lives on
 
     def __repr__(self) -> str:
         return f"<Step {self.name!r} of {self.workflow.name!r}>"
@@ -98,22 +100,51 @@ class Workflow:
     """A DAG of steps to start in one SQL call, in the caller's transaction.
 
     ``channel`` is the steps' default channel (the tenant: steps are served fairly across
-    channels like any message); ``using`` the database alias. Steps are declared with
-    :meth:`step`; a step's ``after`` names its parents (steps of this workflow, or their
-    names). :meth:`start` checks the graph (no cycle, no step after itself, no parent from
-    another workflow, at most ``bounds.MAX_WORKFLOW_STEPS`` steps), writes it and returns the
-    workflow id; it may be called once.
+    channels like any message). A workflow lives on one database, with its steps' messages:
+    ``using`` when given, else the database of its steps' queues (``LONNYMQ_QUEUE_DATABASES``,
+    else ``LONNYMQ_DATABASE``); a step or an ``on_failure`` queue that lives on another is
+    refused when it is added. Steps are declared with :meth:`step`; a step's ``after`` names
+    its parents (steps of this workflow, or their names). :meth:`start` checks the graph (no
+    cycle, no step after itself, no parent from another workflow, at most
+    ``bounds.MAX_WORKFLOW_STEPS`` steps), writes it and returns the workflow id; it may be
+    called once. ``using`` is then the alias it was written on (pass it to :func:`workflow`,
+    :func:`cancel_workflow` and :func:`requeue_failed_steps`: workflow ids are per database).
     """
 
     def __init__(self, name: str, *, channel: str | None = None, using: str | None = None):
         self.name = arguments.name("name", name, bounds.MAX_WORKFLOW_NAME)
         self.channel = arguments.channel(channel) if channel is not None else None
-        self.using = db.alias(using)
+        self._using = db.alias(using) if using is not None else None
         self.steps: list[Step] = []
         self._by_name: dict[str, Step] = {}
         self._named: dict[str, int] = {}  # default names given per queue
         self._on_failure: tuple[str, str, str, int] | None = None
         self.id: int | None = None
+
+    @property
+    def using(self) -> str:
+        """The database alias the workflow is (or will be) written on: ``using`` when given,
+        else its first step's queue's (or its ``on_failure`` queue's), else ``LONNYMQ_DATABASE``."""
+        if self._using is not None:
+            return self._using
+        if self.steps:
+            return self.steps[0].database
+        if self._on_failure is not None:
+            return routing.queue_database(self._on_failure[0])
+        return db.alias(None)
+
+    def _same_database(self, field: str, queue: str, database: str) -> None:
+        """Refuse a queue on another database than the workflow's (nothing is added): one SQL
+        call writes the workflow, and the acks that release its steps run on one database."""
+        if self._using is not None or (not self.steps and self._on_failure is None):
+            return
+        if database != self.using:
+            raise InvalidArgument(
+                field,
+                f"must live on the workflow's database {self.using!r} (LONNYMQ_QUEUE_DATABASES puts it on "
+                f"{database!r}; a workflow's steps and on_failure queue share one database)",
+                queue,
+            )
 
     def _not_started(self) -> None:
         if self.id is not None:
@@ -166,6 +197,11 @@ class Workflow:
             task = self._task(queue, args, kwargs, channel, max_attempts)
             queue, channel, payload, max_attempts = task.queue, task.channel, task.payload, task.max_attempts
         arguments.queue(queue)
+        if self._using is not None:
+            database = self._using
+        else:
+            database = task.database if task is not None else routing.queue_database(queue)
+        self._same_database("queue", queue, database)
         channel = arguments.channel(channel if channel is not None else (self.channel or "default"))
         text = arguments.payload(payload)
         delay_ms = 0 if delay is None else duration_ms("delay", delay, bounds.MAX_AHEAD)
@@ -175,6 +211,7 @@ class Workflow:
             1,
             bounds.MAX_ATTEMPTS,
         )
+        named: tuple[str, int] | None = None  # the default name's counter, kept once the step is added
         if name is None:
             # The queue (a task step: the task function's name), then base.2, base.3...
             base = queue if task is None else task.record["task_path"].rpartition(".")[2]
@@ -183,13 +220,13 @@ class Workflow:
             while name in self._by_name:
                 n += 1
                 name = f"{base}.{n + 1}"
-            self._named[base] = n + 1
+            named = (base, n + 1)
         else:
             arguments.name("name", name, bounds.MAX_WORKFLOW_NAME)
             if name in self._by_name:
                 raise InvalidArgument("name", "must be unique in the workflow", name)
         parents: list[Step | str] = []
-        for parent in [after] if isinstance(after, (Step, str)) else list(after):
+        for parent in _parent_list("after", after):
             if isinstance(parent, Step):
                 if parent.workflow is not self:
                     raise InvalidArgument(
@@ -205,8 +242,11 @@ class Workflow:
             parents.append(parent)
         created = Step(self, len(self.steps), name, queue, channel, text, delay_ms, attempts, parents)
         created.task = task.record if task is not None else None
+        created.database = database
         self.steps.append(created)
         self._by_name[name] = created
+        if named is not None:
+            self._named[named[0]] = named[1]
         return created
 
     def _task(self, task: Any, args: Any, kwargs: Any, channel: str | None, max_attempts: int | None) -> Any:
@@ -226,7 +266,7 @@ class Workflow:
             channel=channel,
             workflow_channel=self.channel,
             max_attempts=max_attempts,
-            using=self.using,
+            using=self._using,
         )
 
     def on_failure(
@@ -236,6 +276,7 @@ class Workflow:
         ``message.workflow_id`` is the workflow's."""
         self._not_started()
         arguments.queue(queue)
+        self._same_database("on_failure queue", queue, routing.queue_database(queue, self._using))
         channel = arguments.channel(channel if channel is not None else (self.channel or "default"))
         attempts = arguments.integer(
             "max_attempts",
@@ -291,6 +332,8 @@ class Workflow:
             raise InvalidArgument("steps", "must be at least 1 per workflow", 0)
         ordered, edges = self._order()
         failure = self._on_failure
+        using = self.using
+        routing.refuse_cross_database("Workflow.start", using)
         params = {
             "name": self.name,
             "channel": self.channel,
@@ -314,41 +357,108 @@ class Workflow:
             from .models import WorkflowStepRecord
 
             # The task steps' result rows, in the same transaction (message_id: the step's id).
-            with transaction.atomic(using=self.using):
-                self.id = int(db.value("workflow_start", params, using=self.using, arrays=True))
+            with transaction.atomic(using=using):
+                self.id = int(db.value("workflow_start", params, using=using, arrays=True))
                 ids = dict(
-                    WorkflowStepRecord.objects.using(self.using)
+                    WorkflowStepRecord.objects.using(using)
                     .filter(workflow_id=self.id, name__in=[s.name for s in results])
                     .values_list("name", "id")
                 )
                 tasks.write_step_results(
-                    [{**(s.task or {}), "message_id": ids[s.name]} for s in results], self.using
+                    [{**(s.task or {}), "message_id": ids[s.name]} for s in results], using
                 )
         else:
-            self.id = int(db.value("workflow_start", params, using=self.using, arrays=True))
+            self.id = int(db.value("workflow_start", params, using=using, arrays=True))
+        self._using = using
         if eager.enabled():
-            eager.when_committed(functools.partial(run_eagerly, self.id, self.using), self.using)
+            eager.when_committed(functools.partial(run_eagerly, self.id, using), using)
         return self.id
+
+
+def _parent_list(field: str, after: Any) -> list[Any]:
+    """``after`` as a list: one step or name, or a list, tuple, set or iterator of them (the
+    items are checked by :meth:`Workflow.step`)."""
+    if isinstance(after, (Step, str)):
+        return [after]
+    if isinstance(after, (bytes, bytearray, Mapping)) or not isinstance(after, Iterable):
+        raise InvalidArgument(
+            field, "must be a step, a step's name, or a list of steps or names", type(after).__name__
+        )
+    return list(after)
+
+
+# What chain() and chord() take in a step's dict: Workflow.step's arguments.
+_STEP_ARGUMENTS = ("queue", "payload", "args", "kwargs", "after", "name", "channel", "delay", "max_attempts")
+
+
+def _step_spec(field: str, spec: Any) -> dict[str, Any]:
+    """A step of chain() or chord() as :meth:`Workflow.step`'s arguments: a ``(queue,
+    payload)`` pair, or a dict of its arguments with a ``queue``."""
+    if isinstance(spec, Mapping):
+        unknown = sorted(str(k) for k in spec if k not in _STEP_ARGUMENTS)
+        if unknown:
+            raise InvalidArgument(field, f"must name only arguments of Workflow.step ({', '.join(_STEP_ARGUMENTS)})",
+                                  unknown[0])  # fmt: skip
+        if "queue" not in spec:
+            raise InvalidArgument(f"{field}.queue", "must be given (a queue name or a Django Task)", None)
+        kwargs = dict(spec)
+        if "after" in kwargs:
+            kwargs["after"] = _parent_list(f"{field}.after", kwargs["after"])
+        return kwargs
+    if isinstance(spec, (tuple, list)) and len(spec) == 2:
+        return {"queue": spec[0], "payload": spec[1]}
+    raise InvalidArgument(field, "must be a (queue, payload) pair or a dict of Workflow.step arguments", spec)
+
+
+def _add_all(flow: Any, add: Any) -> Any:
+    """Run ``add()`` on ``flow``; when it raises, the steps it added are taken back, so a
+    refused chain() or chord() leaves the workflow as it was."""
+    if not isinstance(flow, Workflow):
+        raise InvalidArgument("flow", "must be a Workflow", type(flow).__name__)
+    steps, by_name, named = list(flow.steps), dict(flow._by_name), dict(flow._named)
+    try:
+        return add()
+    except BaseException:
+        flow.steps, flow._by_name, flow._named = steps, by_name, named
+        raise
 
 
 def chain(flow: Workflow, *steps: tuple[str, Any] | dict[str, Any]) -> list[Step]:
     """Add steps to ``flow`` that run one after another: each ``(queue, payload)`` or a dict
-    of :meth:`Workflow.step` arguments (``{"queue": ..., "payload": ..., "name": ...}``)."""
-    made: list[Step] = []
-    for spec in steps:
-        kwargs = dict(spec) if isinstance(spec, dict) else {"queue": spec[0], "payload": spec[1]}
-        if made:
-            kwargs["after"] = [made[-1], *list(kwargs.get("after", ()))]
-        made.append(flow.step(**kwargs))
+    of :meth:`Workflow.step` arguments (``{"queue": ..., "payload": ..., "name": ...}``).
+    All or nothing: a step refused leaves ``flow`` as it was."""
+
+    def add() -> list[Step]:
+        specs = [_step_spec(f"steps[{i}]", spec) for i, spec in enumerate(steps)]
+        made: list[Step] = []
+        for kwargs in specs:
+            if made:
+                kwargs["after"] = [made[-1], *kwargs.get("after", ())]
+            made.append(flow.step(**kwargs))
+        return made
+
+    return list(_add_all(flow, add))
+
+
+def chord(flow: Workflow, header: Sequence[Step | str], callback: tuple[str, Any] | dict[str, Any]) -> Step:
+    """Add ``callback`` to ``flow``, after every step of ``header`` (Celery's chord; a list of
+    at least one step or name): it reads their outputs in ``message.parent_outputs``."""
+
+    def add() -> Step:
+        if isinstance(header, (Step, str, bytes, bytearray, Mapping)) or not isinstance(header, Iterable):
+            raise InvalidArgument("header", "must be a list of steps (or their names)", type(header).__name__)
+        parents = list(header)
+        if not parents:
+            raise InvalidArgument("header", "must hold at least one step", parents)
+        for i, parent in enumerate(parents):
+            if not isinstance(parent, (Step, str)):
+                raise InvalidArgument(f"header[{i}]", "must be a step of this workflow or its name", parent)
+        kwargs = _step_spec("callback", callback)
+        kwargs["after"] = [*parents, *kwargs.get("after", ())]
+        return flow.step(**kwargs)
+
+    made: Step = _add_all(flow, add)
     return made
-
-
-def chord(flow: Workflow, header: Sequence[Step], callback: tuple[str, Any] | dict[str, Any]) -> Step:
-    """Add ``callback`` to ``flow``, after every step of ``header`` (Celery's chord): it reads
-    their outputs in ``message.parent_outputs``."""
-    kwargs = dict(callback) if isinstance(callback, dict) else {"queue": callback[0], "payload": callback[1]}
-    kwargs["after"] = [*header, *list(kwargs.get("after", ()))]
-    return flow.step(**kwargs)
 
 
 # ---------------------------------------------------------------------------------------
@@ -401,12 +511,29 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
+def _unknown(workflow_id: Any, using: str | None) -> InvalidArgument:
+    return InvalidArgument(
+        "workflow_id",
+        f"must name an existing workflow on database {db.alias(using)!r} (workflow ids are per database: "
+        "pass using= for a workflow whose queues live on another)",
+        workflow_id,
+    )
+
+
+def _state(workflow_id: int, using: str | None) -> str:
+    """A workflow's state; an id of no workflow raises."""
+    found = db.rows("workflow_state", {"id": workflow_id}, using=using)
+    if not found:
+        raise _unknown(workflow_id, using)
+    return str(found[0][3])
+
+
 def workflow(workflow_id: int, *, using: str | None = None) -> WorkflowState:
     """A workflow's state and each step's state and times."""
     params = {"id": arguments.message_id("workflow_id", workflow_id)}
     found = db.rows("workflow_state", params, using=using)
     if not found:
-        raise InvalidArgument("workflow_id", "must name an existing workflow", workflow_id)
+        raise _unknown(workflow_id, using)
     w = found[0]
     steps = tuple(
         StepState(r[0], r[1], r[2], r[3], r[4], _json(r[5]), r[6], r[7], r[8], r[9], tuple(r[10]))
@@ -468,8 +595,16 @@ def _task_results_of_unfinished_steps(workflow_id: int, alias: str) -> dict[int,
 
 
 def requeue_failed_steps(workflow_id: int, *, using: str | None = None) -> list[int]:
-    """Requeue the dead steps of a workflow (attempts reset): the workflow runs again."""
+    """Requeue the dead steps of a workflow (attempts reset): the workflow runs again. Returns
+    the ids requeued (``[]``: none is dead). An id that names no workflow on ``using``
+    (workflow ids are per database), or a cancelled workflow, raises
+    :class:`~django_lonnymq.exceptions.InvalidArgument` and requeues nothing."""
     params = {"id": arguments.message_id("workflow_id", workflow_id)}
+    state = _state(params["id"], using)
+    if state == "cancelled":
+        raise InvalidArgument(
+            "workflow_id", "must name a workflow that is not cancelled (its steps stay dead)", workflow_id
+        )
     ids = [int(r[0]) for r in db.rows("workflow_failed_steps", params, using=using)]
     if not ids:
         return []

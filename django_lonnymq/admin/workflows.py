@@ -200,6 +200,11 @@ class WorkflowAdmin(ReadOnlyQueueAdmin):
         obj = self._acted_on(request, object_id)
         if isinstance(obj, HttpResponse):
             return obj
+        if obj.state == "cancelled":  # its dead steps stay dead (requeue_failed_steps refuses)
+            self.message_user(
+                request, f"Workflow {obj.pk} is cancelled: its failed steps stay dead.", messages.WARNING
+            )
+            return self._back(obj)
         requeued = workflows.requeue_failed_steps(obj.pk, using=router.db_for_write(WorkflowRecord))
         if requeued:
             self.message_user(
@@ -267,6 +272,7 @@ class WorkflowAdmin(ReadOnlyQueueAdmin):
     @admin.action(description="Requeue failed steps (the workflows run again)", permissions=["change"])
     def requeue_failed(self, request: HttpRequest, queryset: QuerySet[WorkflowRecord]) -> None:
         using = router.db_for_write(WorkflowRecord)
-        ids = list(queryset.values_list("id", flat=True)[:1000])
+        # A cancelled workflow's dead steps stay dead (requeue_failed_steps refuses them).
+        ids = list(queryset.exclude(state="cancelled").values_list("id", flat=True)[:1000])
         requeued = sum(len(workflows.requeue_failed_steps(i, using=using)) for i in ids)
         self.message_user(request, f"Requeued {requeued:,} failed steps.", messages.SUCCESS)

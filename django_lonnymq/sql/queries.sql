@@ -137,11 +137,12 @@ VACUUM (SKIP_LOCKED) lonnymq_wake
 SELECT lonnymq_requeue_dead_v1(%(ids)s::bigint[], %(reset_attempts)s::boolean, %(tolerance_ms)s::bigint)
 
 -- name: cancel
--- Waiting messages are deleted, running ones marked (running = true). When one was running,
+-- Waiting messages are deleted (a waiting workflow step goes to the dead letters as
+-- 'cancelled', which fails its workflow), running ones marked (running = true). When one was running,
 -- NOTIFY lonnymq_cancel (at commit) wakes the workers: those holding leases run their
 -- heartbeat at once, which reads the mark, instead of a third of the lease later.
 WITH cancelled AS MATERIALIZED (
-    SELECT id, running FROM lonnymq_cancel_v2(%(ids)s::bigint[], %(missing_ok)s::boolean)
+    SELECT id, running FROM lonnymq_cancel_v3(%(ids)s::bigint[], %(missing_ok)s::boolean)
 )
 SELECT c.id, c.running FROM cancelled c
  WHERE (SELECT pg_catalog.count(pg_catalog.pg_notify('lonnymq_cancel', ''))
@@ -335,8 +336,8 @@ SELECT w.id, w.name, w.channel, w.state, w.steps, w.remaining, w.dead, w.created
 
 -- name: workflow_steps
 -- A workflow's steps (running: its message is leased now; cancelled: queued, its message
--- deleted by api.cancel or a purge, which leave the step row as it was), with their
--- parents' ids.
+-- deleted by a purge, which leaves the step row as it was; api.check() reports such a step),
+-- with their parents' ids.
 SELECT s.id, s.name, s.queue, s.channel,
        CASE WHEN s.state = 'queued' AND m.id IS NULL THEN 'cancelled'
             WHEN s.state = 'queued' AND m.lease_until IS NOT NULL THEN 'running' ELSE s.state END,

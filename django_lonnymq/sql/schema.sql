@@ -2662,7 +2662,9 @@ $$;
 -- ---------------------------------------------------------------------------------------
 
 -- Move dead messages back into their channel (recreated if it was deleted), ready now.
--- Returns the ids requeued (a message keeps its id).
+-- Returns the ids requeued (a message keeps its id). A step of a cancelled workflow stays
+-- dead and is left out of the result: run again, it would release nothing, and its workflow
+-- would stay cancelled.
 CREATE FUNCTION lonnymq_requeue_dead_v1(
     p_ids bigint[], p_reset_attempts boolean DEFAULT true, p_tolerance_ms bigint DEFAULT 50
 ) RETURNS bigint[]
@@ -2696,6 +2698,16 @@ BEGIN
     FOR v_row IN
         SELECT d.* FROM lonnymq_dead_message d WHERE d.id = ANY (p_ids) ORDER BY d.id FOR UPDATE
     LOOP
+        IF pg_catalog.starts_with(v_row.dedup_key, 'lonnymq.step:') THEN
+            -- The step's row first (a workflow's cancel locks its steps, then the workflow):
+            -- the state read next, in a statement of its own, sees a cancel that committed
+            -- while this waited; a cancel that starts now finds the step queued again.
+            PERFORM 1 FROM lonnymq_workflow_step s WHERE s.id = v_row.id FOR UPDATE;
+            IF EXISTS (SELECT 1 FROM lonnymq_workflow_step s JOIN lonnymq_workflow w ON w.id = s.workflow_id
+                        WHERE s.id = v_row.id AND w.state = 'cancelled') THEN
+                CONTINUE;
+            END IF;
+        END IF;
         v_channel_id := lonnymq_channel_id_v1(v_row.queue, v_row.channel);
         -- A channel deleted after the locks above and created again since has a new id.
         IF v_locked IS NULL OR v_channel_id <> ALL (v_locked) THEN
@@ -2760,6 +2772,65 @@ BEGIN
     END IF;
     UPDATE lonnymq_message m SET cancel_requested = true
      WHERE m.id = ANY (v_running) AND NOT m.cancel_requested;
+    WITH gone AS (
+        DELETE FROM lonnymq_message m
+         WHERE m.id = ANY (v_found) AND m.lease_token IS NULL
+        RETURNING m.id, m.channel_id, m.dedup_key
+    )
+    DELETE FROM lonnymq_dedup d USING gone g
+     WHERE d.channel_id = g.channel_id AND d.dedup_key = g.dedup_key AND d.message_id = g.id;
+    RETURN QUERY
+        SELECT f.id, f.id = ANY (v_running) FROM pg_catalog.unnest(v_found) AS f(id) ORDER BY f.id;
+END
+$$;
+
+-- lonnymq_cancel_v2, for api.cancel: a waiting message that is a workflow step goes to the
+-- dead letters as 'cancelled' instead of being deleted, so that its workflow fails as it does
+-- when a running step is cancelled (lonnymq_workflow_cancel_v1 keeps calling _v2: a workflow's
+-- own cancel deletes its waiting steps' messages).
+CREATE FUNCTION lonnymq_cancel_v3(p_ids bigint[], p_missing_ok boolean DEFAULT false)
+RETURNS TABLE (id bigint, running boolean)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_found   bigint[];
+    v_running bigint[];
+    v_missing bigint[];
+    v_steps   bigint[];
+BEGIN
+    PERFORM lonnymq_check_list_v1('ids', pg_catalog.array_ndims(p_ids));
+    SELECT coalesce(pg_catalog.array_agg(l.id), ARRAY[]::bigint[]),
+           coalesce(pg_catalog.array_agg(l.id) FILTER (WHERE l.leased), ARRAY[]::bigint[])
+      INTO v_found, v_running
+      FROM (SELECT m.id, m.lease_token IS NOT NULL AS leased FROM lonnymq_message m
+             WHERE m.id = ANY (p_ids) ORDER BY m.id FOR UPDATE) l;
+    IF NOT coalesce(p_missing_ok, false) THEN
+        SELECT pg_catalog.array_agg(DISTINCT u.id ORDER BY u.id) INTO v_missing
+          FROM pg_catalog.unnest(p_ids) AS u(id)
+         WHERE u.id IS NULL OR u.id <> ALL (v_found);
+        IF v_missing IS NOT NULL THEN
+            -- The message names the first 20 (a call may name a million); DETAIL has them all.
+            RAISE EXCEPTION 'cannot cancel % message(s): not found (never enqueued, or already acked, cancelled or dead); nothing was cancelled: %',
+                pg_catalog.cardinality(v_missing),
+                pg_catalog.array_to_string(v_missing[1:20], ', ', 'null')
+                    OPERATOR(pg_catalog.||) CASE WHEN pg_catalog.cardinality(v_missing) > 20
+                        THEN pg_catalog.format(' and %s more', pg_catalog.cardinality(v_missing) - 20) ELSE '' END
+                USING ERRCODE = 'LQ170', DETAIL = pg_catalog.array_to_string(v_missing, ',', 'null');
+        END IF;
+    END IF;
+    UPDATE lonnymq_message m SET cancel_requested = true
+     WHERE m.id = ANY (v_running) AND NOT m.cancel_requested;
+    -- A waiting workflow step goes to the dead letters as 'cancelled', as a running one does
+    -- when its worker stops it: its workflow fails (lonnymq_workflow_step_dead_v1), where a
+    -- deleted step would leave it running for good, and requeue_dead brings it back.
+    SELECT pg_catalog.array_agg(m.id ORDER BY m.id) INTO v_steps FROM lonnymq_message m
+     WHERE m.id = ANY (v_found) AND m.lease_token IS NULL
+       AND pg_catalog.starts_with(m.dedup_key, 'lonnymq.step:');
+    IF v_steps IS NOT NULL THEN
+        PERFORM lonnymq_bury_v1(v_steps, 'cancelled', NULL);
+    END IF;
     WITH gone AS (
         DELETE FROM lonnymq_message m
          WHERE m.id = ANY (v_found) AND m.lease_token IS NULL
@@ -5114,7 +5185,8 @@ $$;
 
 -- The workflow invariants api.check() adds: a waiting step whose parents have all succeeded
 -- (it should have been released), a released step with a parent that has not succeeded, a
--- step whose workflow is missing (steps have no foreign key since 0037).
+-- step whose workflow is missing (steps have no foreign key since 0037), a queued step of a
+-- live workflow whose message is neither in the message table nor dead (a purge deleted it).
 CREATE FUNCTION lonnymq_workflow_check_v1()
 RETURNS TABLE (workflow_id bigint, step_id bigint, queue text, channel text, problem text, detail text)
 LANGUAGE sql STABLE
@@ -5138,4 +5210,12 @@ AS $$
            pg_catalog.format('step %s belongs to workflow %s, which does not exist', s.name, s.workflow_id)
       FROM lonnymq_workflow_step s
      WHERE NOT EXISTS (SELECT 1 FROM lonnymq_workflow w WHERE w.id = s.workflow_id)
+    UNION ALL
+    SELECT s.workflow_id, s.id, s.queue, s.channel, 'workflow_step_lost',
+           pg_catalog.format('step %s of workflow %s is queued, but its message is gone (purged or deleted) '
+                             'and not dead: the workflow cannot finish (cancel it)', s.name, s.workflow_id)
+      FROM lonnymq_workflow_step s JOIN lonnymq_workflow w ON w.id = s.workflow_id
+     WHERE s.state = 'queued' AND w.state <> 'cancelled'
+       AND NOT EXISTS (SELECT 1 FROM lonnymq_message m WHERE m.id = s.id)
+       AND NOT EXISTS (SELECT 1 FROM lonnymq_dead_message d WHERE d.id = s.id)
 $$;

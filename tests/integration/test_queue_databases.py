@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import warnings
 
 import pytest
 from django.core.checks import run_checks
@@ -12,14 +13,24 @@ from django.core.management import call_command
 from django.db import connections, transaction
 from django.db.migrations.recorder import MigrationRecorder
 
-from django_lonnymq import api, enqueue, enqueue_many, publish, queue_database, testing
+from django_lonnymq import Workflow, api, chain, enqueue, enqueue_many, publish, queue_database, testing
 from django_lonnymq.checks import check_queue_databases, check_schema_installed
-from django_lonnymq.exceptions import InvalidArgument
-from django_lonnymq.models import Channel, Message, QueueConfig, Subscription, TaskResultRecord, Unrouted
+from django_lonnymq.exceptions import CrossDatabaseTransaction, CrossDatabaseWarning, InvalidArgument
+from django_lonnymq.models import (
+    Channel,
+    Message,
+    QueueConfig,
+    Subscription,
+    TaskResultRecord,
+    Unrouted,
+    WorkflowRecord,
+    WorkflowStepRecord,
+)
 from django_lonnymq.registry import autodiscover
 from django_lonnymq.routing import by_database, queue_databases
 from django_lonnymq.topics import subscribe, sync_subscriptions, unsubscribe_declared
 from django_lonnymq.worker import WorkerGroup
+from django_lonnymq.workflows import requeue_failed_steps
 
 BOTH = ["default", "other"]
 pytestmark = pytest.mark.django_db(databases=BOTH)
@@ -182,6 +193,22 @@ def test_a_task_queue_follows_the_mapping(fresh_backends):
     assert fresh_backends["default"].get_result(plain.id).id == plain.id
 
 
+def test_a_workflow_of_a_mapped_task_queue_and_its_result_rows_live_on_its_database(fresh_backends):
+    from tests.testapp import tasks
+
+    flow = Workflow("task steps")
+    first = flow.step(tasks.note, args=["hello"])  # queue_name="tasks_other"
+    flow.step("t_noop", {}, after=[first])
+    with pytest.raises(InvalidArgument, match="must live on the workflow's database 'other'"):
+        flow.step(tasks.add, args=[1, 2])  # queue "default" stays on default
+    workflow_id = flow.start()
+    assert flow.using == "other"
+    step_id = api.workflow(workflow_id, using="other").step("note").id
+    assert TaskResultRecord.objects.using("other").filter(message_id=step_id).exists()
+    assert not TaskResultRecord.objects.using("default").exists()
+    assert workflow_rows("default") == (0, 0, 0)
+
+
 # ---------------------------------------------------------------------------------------
 # Checks
 # ---------------------------------------------------------------------------------------
@@ -328,3 +355,143 @@ def test_a_workers_ticker_syncs_only_the_schedules_of_its_database():
     finally:
         schedules.forget("md_on_default")
         schedules.forget("md_on_other")
+
+
+# ---------------------------------------------------------------------------------------
+# Workflows: a workflow lives on its queues' database
+# ---------------------------------------------------------------------------------------
+
+
+def workflow_rows(alias: str) -> tuple[int, int, int]:
+    return (
+        WorkflowRecord.objects.using(alias).count(),
+        WorkflowStepRecord.objects.using(alias).count(),
+        Message.objects.using(alias).count(),
+    )
+
+
+@pytest.mark.django_db(databases=BOTH, transaction=True)
+def test_a_workflow_of_mapped_queues_starts_runs_and_releases_on_their_database():
+    flow = Workflow("elsewhere", channel="acme")
+    first = flow.step("t_noop", {"n": 1})
+    flow.step("t_sleep", {"seconds": 0}, after=[first])
+    flow.on_failure("t_noop", {"failed": True})
+    assert flow.using == "other"
+    workflow_id = flow.start()
+    assert flow.using == "other"
+    assert workflow_rows("default") == (0, 0, 0)
+    assert workflow_rows("other") == (1, 2, 1)
+    # The worker of t_noop runs on "other"; its ack releases t_sleep there.
+    assert testing.drain("t_noop").acked == 1
+    assert on("other", "t_sleep") == [api.workflow(workflow_id, using="other").step("t_sleep").id]
+    assert testing.drain("t_sleep").acked == 1
+    assert api.workflow(workflow_id, using="other").state == "succeeded"
+    assert workflow_rows("default") == (0, 0, 0)
+
+
+@pytest.mark.django_db(databases=BOTH, transaction=True)
+def test_requeue_of_a_mapped_workflow_runs_on_its_database_and_names_it_when_missing():
+    flow = Workflow("elsewhere")
+    flow.step("t_noop", {})
+    workflow_id = flow.start()
+    step_id = api.workflow(workflow_id, using=flow.using).steps[0].id
+    api.cancel([step_id], using="other")  # a waiting step cancelled: dead, the workflow failed
+    assert api.workflow(workflow_id, using="other").state == "failed"
+    with pytest.raises(InvalidArgument, match="on database 'default'.*per database") as raised:
+        requeue_failed_steps(workflow_id)
+    assert raised.value.field == "workflow_id"
+    assert requeue_failed_steps(workflow_id, using="other") == [step_id]
+    assert testing.drain("t_noop").acked == 1
+    assert api.workflow(workflow_id, using="other").state == "succeeded"
+
+
+def test_a_workflow_whose_queues_span_databases_is_refused_before_anything_is_written():
+    flow = Workflow("mixed")
+    flow.step("t_record", {})
+    with pytest.raises(
+        InvalidArgument, match="must live on the workflow's database 'default'.*'other'"
+    ) as raised:
+        flow.step("t_noop", {})
+    assert raised.value.field == "queue" and raised.value.value == "t_noop"
+    with pytest.raises(InvalidArgument, match="must live on the workflow's database 'default'") as raised:
+        flow.on_failure("t_sleep", {})
+    assert raised.value.field == "on_failure queue"
+    assert [s.queue for s in flow.steps] == ["t_record"]
+    # The on_failure queue counts as the first step would.
+    other_first = Workflow("mixed")
+    other_first.on_failure("t_noop", {})
+    with pytest.raises(InvalidArgument, match="database 'other'"):
+        other_first.step("t_record", {})
+    # chain() takes back the steps it added when one is refused.
+    chained = Workflow("chained")
+    with pytest.raises(InvalidArgument, match="must live on the workflow's database"):
+        chain(chained, ("t_noop", {}), ("t_sleep", {}), ("t_record", {}))
+    assert chained.steps == []
+    assert workflow_rows("default") == (0, 0, 0) and workflow_rows("other") == (0, 0, 0)
+
+
+def test_using_pins_a_workflow_to_a_database_whatever_its_queues():
+    flow = Workflow("pinned", using="default")
+    flow.step("t_noop", {})
+    flow.step("t_record", {})
+    flow.start()
+    assert workflow_rows("default") == (1, 2, 2) and workflow_rows("other") == (0, 0, 0)
+
+
+# ---------------------------------------------------------------------------------------
+# A write to a queue on another database than the open transaction's
+# ---------------------------------------------------------------------------------------
+
+
+def pending_on(alias: str) -> int:
+    return Message.objects.using(alias).count()
+
+
+@pytest.mark.django_db(databases=BOTH, transaction=True)
+def test_an_enqueue_that_would_escape_the_open_transaction_warns_by_default():
+    with pytest.raises(RuntimeError), transaction.atomic(using="default"):
+        with pytest.warns(
+            CrossDatabaseWarning, match="database 'other', which is not in a transaction.*'default'"
+        ):
+            kept = enqueue("t_noop", {"n": 1})
+        with pytest.warns(CrossDatabaseWarning, match="enqueue_many"):
+            enqueue_many("t_noop", [{"n": 2}])
+        flow = Workflow("elsewhere")
+        flow.step("t_noop", {})
+        with pytest.warns(CrossDatabaseWarning, match="Workflow.start"):
+            flow.start()
+        raise RuntimeError("request failed")
+    assert kept in on("other", "t_noop") and pending_on("other") == 3  # committed at once, as warned
+
+
+@pytest.mark.django_db(databases=BOTH, transaction=True)
+def test_an_enqueue_that_would_escape_the_open_transaction_raises_when_asked(settings):
+    settings.LONNYMQ_CROSS_DATABASE_ENQUEUE = "raise"
+    with transaction.atomic(using="default"):
+        with pytest.raises(CrossDatabaseTransaction, match="nothing was written"):
+            enqueue("t_noop", {"n": 1})
+        with pytest.raises(CrossDatabaseTransaction):
+            enqueue_many("t_noop", [{"n": 2}])
+        flow = Workflow("elsewhere")
+        flow.step("t_noop", {})
+        with pytest.raises(CrossDatabaseTransaction):
+            flow.start()
+        assert flow.id is None
+        here = enqueue("t_record", {"n": 3})  # the open transaction's own database: fine
+    assert pending_on("other") == 0 and on("default", "t_record") == [here]
+    assert WorkflowRecord.objects.using("other").count() == 0
+
+
+@pytest.mark.django_db(databases=BOTH, transaction=True)
+def test_an_enqueue_in_a_transaction_of_its_own_database_or_outside_any_says_nothing(settings):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        enqueue("t_noop", {"n": 1})  # no transaction anywhere
+        with transaction.atomic(using="default"), transaction.atomic(using="other"):
+            enqueue("t_noop", {"n": 2})  # both open: it commits with "other"'s
+        with transaction.atomic(using="other"):
+            enqueue("t_noop", {"n": 3})
+        settings.LONNYMQ_CROSS_DATABASE_ENQUEUE = "allow"
+        with transaction.atomic(using="default"):
+            enqueue("t_noop", {"n": 4})
+    assert pending_on("other") == 4

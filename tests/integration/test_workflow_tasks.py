@@ -15,8 +15,8 @@ from django.test import override_settings
 
 from django_lonnymq import Workflow, api
 from django_lonnymq.exceptions import InvalidArgument, PayloadError
+from django_lonnymq.models import DeadMessage, TaskResultRecord
 from django_lonnymq.models import Message as MessageRow
-from django_lonnymq.models import TaskResultRecord
 from django_lonnymq.tasks import channel as task_channel
 from django_lonnymq.testing import eager
 from django_lonnymq.workflows import cancel_workflow, parent_outputs
@@ -52,7 +52,11 @@ def test_a_task_step_is_a_task_message_with_its_result_row_written_with_the_star
     total = flow.step(tasks.total_of_parents, kwargs={"extra": 1}, after=[add, other])
     noted = flow.step(tasks.note, args=["hi"], kwargs={"tenant_id": "acme"}, after=[total])
     assert [s.name for s in flow.steps] == ["add", "more", "total_of_parents", "note"]
-    assert (add.queue, add.channel, add.max_attempts) == ("default", "tenant-1", 2)  # the backend's MAX_ATTEMPTS
+    assert (add.queue, add.channel, add.max_attempts) == (
+        "default",
+        "tenant-1",
+        2,
+    )  # the backend's MAX_ATTEMPTS
     assert other.max_attempts == 4
     assert (noted.queue, noted.channel) == ("tasks_other", "acme")  # CHANNEL_KWARG, as for enqueue
     with transaction.atomic():
@@ -124,7 +128,11 @@ def test_bad_task_steps_are_refused_before_anything_is_written():
     refused("queue", "must be a queue name or a Django Task", lambda: flow.step(print))
     refused("args", "must be a list or a tuple", lambda: flow.step(tasks.add, args="12"))
     refused("kwargs", "must be a dict", lambda: flow.step(tasks.add, kwargs=[("a", 1)]))
-    refused("priority", "must be 0 for a task run as a workflow step", lambda: flow.step(tasks.add.using(priority=5)))
+    refused(
+        "priority",
+        "must be 0 for a task run as a workflow step",
+        lambda: flow.step(tasks.add.using(priority=5)),
+    )
     with pytest.raises(PayloadError):
         flow.step(tasks.add, args=[{1, 2}, 3])
     other = tasks.note.using(queue_name="tasks_other")
@@ -134,22 +142,36 @@ def test_bad_task_steps_are_refused_before_anything_is_written():
             "dummy": {"BACKEND": DUMMY, "QUEUES": []},
         }
     ):
-        refused("queue_name", "must be one of the QUEUES of task backend 'default'", lambda: flow.step(other, args=["x"]))
-        refused("backend", "must be a LonnyMQBackend in TASKS", lambda: flow.step(tasks.add.using(backend="dummy")))
+        refused(
+            "queue_name",
+            "must be one of the QUEUES of task backend 'default'",
+            lambda: flow.step(other, args=["x"]),
+        )
+        refused(
+            "backend",
+            "must be a LonnyMQBackend in TASKS",
+            lambda: flow.step(tasks.add.using(backend="dummy")),
+        )
+    pinned = Workflow("pinned", using="default")
     with override_settings(LONNYMQ_QUEUE_DATABASES={"default": "other"}):
-        refused("using", "must be the database of task queue 'default'", lambda: flow.step(tasks.add, args=[1, 2]))
-    assert flow.steps == []
+        refused(
+            "using",
+            "must be the database of task queue 'default'",
+            lambda: pinned.step(tasks.add, args=[1, 2]),
+        )
+    assert flow.steps == [] and pinned.steps == []
 
 
-def test_a_queued_step_whose_message_api_cancel_deleted_reads_as_cancelled():
+def test_api_cancel_of_a_waiting_step_fails_its_workflow_as_a_dead_step_does():
     flow = Workflow("plain")
     first = flow.step("wt_plain", {}, delay=3600)
     flow.step("wt_plain", {}, after=[first])
     workflow_id = flow.start()
     step_id = api.workflow(workflow_id).step("wt_plain").id
-    api.cancel([step_id])
-    assert [s.state for s in api.workflow(workflow_id).steps] == ["cancelled", "waiting"]
-    assert api.workflow(workflow_id).state == "running"  # use cancel_workflow to end the workflow
+    assert api.cancel([step_id]) == [step_id]
+    assert [s.state for s in api.workflow(workflow_id).steps] == ["dead", "waiting"]
+    assert api.workflow(workflow_id).state == "failed"
+    assert DeadMessage.objects.get(id=step_id).reason == "cancelled"
     cancel_workflow(workflow_id)
     assert api.workflow(workflow_id).state == "cancelled"
 

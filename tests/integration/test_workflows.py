@@ -14,7 +14,8 @@ from django.db import connection
 from django_lonnymq import Workflow, api, chain, chord, sql
 from django_lonnymq.bounds import MAX_WORKFLOW_STEPS
 from django_lonnymq.exceptions import InvalidArgument, PayloadError
-from django_lonnymq.workflows import prune
+from django_lonnymq.workflows import prune, requeue_failed_steps
+from tests.integration import helpers
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -243,7 +244,8 @@ def test_the_check_reports_a_broken_invariant(connect):
                  [workflow_id])  # fmt: skip
     conn.execute("UPDATE lonnymq_workflow_step SET releases = 1, pending = 0, state = 'queued'"
                  " WHERE workflow_id = %s AND releases = 0", [workflow_id])  # fmt: skip
-    assert [p.problem for p in api.check()] == ["workflow_step_released_early"]
+    # wf_b is queued without a message, as well as released early.
+    assert [p.problem for p in api.check()] == ["workflow_step_lost", "workflow_step_released_early"]
     api.cancel_workflow(workflow_id)
     conn.execute("DELETE FROM lonnymq_message")
 
@@ -268,8 +270,12 @@ def test_a_deleted_workflow_takes_its_steps_and_the_check_names_an_orphaned_step
         [gone_id],
     )
     problems = api.check()
-    assert [(p.problem, p.queue) for p in problems] == [("workflow_step_orphaned", "wf_a")]
-    assert f"workflow {gone_id}, which does not exist" in problems[0].detail
+    # kept's wf_a is queued, its message deleted above: lost.
+    assert [(p.problem, p.queue) for p in problems] == [
+        ("workflow_step_lost", "wf_a"),
+        ("workflow_step_orphaned", "wf_a"),
+    ]
+    assert f"workflow {gone_id}, which does not exist" in problems[1].detail
     conn.execute("TRUNCATE lonnymq_workflow")  # a TRUNCATE takes every step, orphans too
     assert count("lonnymq_workflow_step") == 0
 
@@ -425,3 +431,189 @@ def test_the_dequeue_gives_steps_their_name_and_parents_outputs_and_plain_messag
         ).fetchone()[0]
         == "v"
     )
+
+
+# ---------------------------------------------------------------------------------------
+# Cancelled steps and cancelled workflows
+# ---------------------------------------------------------------------------------------
+
+
+def dead_ids() -> list[int]:
+    return [r["id"] for r in helpers.rows("SELECT id FROM lonnymq_dead_message ORDER BY id")]
+
+
+def test_a_cancelled_workflows_dead_steps_stay_dead_when_requeued():
+    flow = Workflow("doomed", channel="acme")
+    failed = flow.step("wf_a", {}, max_attempts=1)
+    running = flow.step("wf_b", {})
+    flow.step("wf_c", {}, after=[failed, running])
+    workflow_id = flow.start()
+    # wf_a fails for good: the workflow fails.
+    helpers.fail(helpers.dequeue("wf_a")[0], discard=True)
+    assert api.workflow(workflow_id).state == "failed"
+    # wf_b runs while the workflow is cancelled, and ends dead as cancelled.
+    leased = helpers.dequeue("wf_b")[0]
+    api.cancel_workflow(workflow_id)
+    helpers.fail(leased, discard=False)
+    info = api.workflow(workflow_id)
+    assert info.state == "cancelled" and [s.state for s in info.steps] == ["dead", "cancelled", "cancelled"]
+    both = dead_ids()
+    assert len(both) == 2
+    # Run again, they would release nothing and leave the workflow cancelled: left dead.
+    assert api.requeue_dead(both) == []
+    assert dead_ids() == both and count("lonnymq_message") == 0
+    with pytest.raises(InvalidArgument, match="must name a workflow that is not cancelled") as raised:
+        requeue_failed_steps(workflow_id)
+    assert raised.value.field == "workflow_id" and raised.value.value == workflow_id
+    info = api.workflow(workflow_id)
+    assert info.state == "cancelled" and [s.state for s in info.steps] == ["dead", "cancelled", "cancelled"]
+    assert api.check() == []
+
+
+def test_api_cancel_of_a_queued_step_fails_its_workflow_and_a_requeue_resumes_it():
+    flow = Workflow("cancelled step")
+    first = flow.step("wf_a", {})
+    flow.step("wf_b", {}, after=[first])
+    flow.on_failure("wf_alert", {})
+    workflow_id = flow.start()
+    step_id = api.workflow(workflow_id).step("wf_a").id
+    assert api.cancel([step_id]) == [step_id]
+    info = api.workflow(workflow_id)
+    assert info.state == "failed" and info.dead == 1 and [s.state for s in info.steps] == ["dead", "waiting"]
+    assert helpers.dead_row(step_id)["reason"] == "cancelled"
+    assert info.on_failure_message_id is not None  # the failure's message, as for any dead step
+    assert api.check() == []
+    assert requeue_failed_steps(workflow_id) == [step_id]
+    assert api.workflow(workflow_id).state == "running"
+    leased = helpers.dequeue("wf_a")
+    assert ack_step(leased) == [step_id]
+    assert api.workflow(workflow_id).step("wf_b").state == "queued"
+
+
+def ack_step(leased) -> list[int]:
+    return list(
+        helpers.named(
+            "workflow_ack",
+            ids=[r["id"] for r in leased],
+            tokens=[r["lease_token"] for r in leased],
+            outputs=["null"] * len(leased),
+            tolerance_ms=0,
+        )
+    )
+
+
+def test_the_check_reports_a_step_whose_message_a_purge_deleted():
+    flow = Workflow("purged", channel="acme")
+    first = flow.step("wf_a", {})
+    flow.step("wf_b", {}, after=[first])
+    workflow_id = flow.start()
+    assert api.check() == []
+    channel_id = helpers.channel_row("wf_a", "acme")["id"]
+    assert api.purge_channel(channel_id) == 1
+    problems = api.check()
+    assert [(p.problem, p.queue, p.channel) for p in problems] == [("workflow_step_lost", "wf_a", "acme")]
+    assert f"step wf_a of workflow {workflow_id} is queued, but its message is gone" in problems[0].detail
+    api.cancel_workflow(workflow_id)
+    assert api.check() == []
+
+
+# ---------------------------------------------------------------------------------------
+# Bad input of step(after=...), chain() and chord()
+# ---------------------------------------------------------------------------------------
+
+
+BAD_CANVAS = [
+    # (what, field, rule, build(flow, a_step))
+    ("after an int", "after", "must be a step, a step's name, or a list", lambda f, a: f.step("q", {}, after=5)),
+    ("after None", "after", "must be a step, a step's name, or a list", lambda f, a: f.step("q", {}, after=None)),
+    ("after bytes", "after", "must be a step, a step's name, or a list", lambda f, a: f.step("q", {}, after=b"q")),
+    ("after a dict", "after", "must be a step, a step's name, or a list", lambda f, a: f.step("q", {}, after={"q": 1})),
+    ("chain: a 1-tuple", "steps[1]", "must be a (queue, payload) pair", lambda f, a: chain(f, ("q", 1), ("q",))),
+    ("chain: a string", "steps[0]", "must be a (queue, payload) pair", lambda f, a: chain(f, "qp")),
+    ("chain: None", "steps[0]", "must be a (queue, payload) pair", lambda f, a: chain(f, None)),
+    ("chain: a 3-tuple", "steps[0]", "must be a (queue, payload) pair", lambda f, a: chain(f, ("q", 1, 2))),
+    ("chain: after an int", "steps[1].after", "must be a step", lambda f, a: chain(f, ("q", 1), {"queue": "q", "payload": 1, "after": 5})),
+    ("chain: an unknown argument", "steps[0]", "must name only arguments of Workflow.step", lambda f, a: chain(f, {"queue": "q", "payload": 1, "bogus": 2})),
+    ("chain: no queue", "steps[0].queue", "must be given", lambda f, a: chain(f, {"payload": 1})),
+    ("chain: a duplicate name", "name", "must be unique", lambda f, a: chain(f, {"queue": "q", "payload": 1, "name": "x"}, {"queue": "q", "payload": 1, "name": "x"})),
+    ("chain: not a workflow", "flow", "must be a Workflow", lambda f, a: chain(None, ("q", 1))),
+    ("chord: header an int", "header", "must be a list of steps", lambda f, a: chord(f, 5, ("q", 1))),
+    ("chord: header a step", "header", "must be a list of steps", lambda f, a: chord(f, a, ("q", 1))),
+    ("chord: header a string", "header", "must be a list of steps", lambda f, a: chord(f, "q", ("q", 1))),
+    ("chord: empty header", "header", "must hold at least one step", lambda f, a: chord(f, [], ("q", 1))),
+    ("chord: header of objects", "header[1]", "must be a step of this workflow", lambda f, a: chord(f, [a, object()], ("q", 1))),
+    ("chord: callback a 1-tuple", "callback", "must be a (queue, payload) pair", lambda f, a: chord(f, [a], ("q",))),
+    ("chord: callback None", "callback", "must be a (queue, payload) pair", lambda f, a: chord(f, [a], None)),
+    ("chord: not a workflow", "flow", "must be a Workflow", lambda f, a: chord(None, [a], ("q", 1))),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("field", "rule", "build"), [c[1:] for c in BAD_CANVAS], ids=[c[0] for c in BAD_CANVAS]
+)
+def test_bad_canvas_input_is_a_typed_error_and_leaves_the_workflow_as_it_was(field, rule, build):
+    flow = Workflow("canvas")
+    first = flow.step("q", {})
+    with pytest.raises(InvalidArgument) as raised:
+        build(flow, first)
+    assert raised.value.field == field and rule in str(raised.value), raised.value
+    assert flow.steps == [first] and list(flow._by_name) == ["q"]
+    assert flow.step("q", {}).name == "q.2"  # the default names go on as before
+    nothing_written()
+
+
+def test_a_chain_step_may_name_its_extra_parents_as_one_step_or_name():
+    flow = Workflow("canvas")
+    a, b = flow.step("q", {}, name="a"), flow.step("q", {}, name="b")
+    made = chain(
+        flow, ("q", 1), {"queue": "q", "payload": 2, "after": a}, {"queue": "q", "payload": 3, "after": "b"}
+    )
+    assert made[1].after == [made[0], a] and made[2].after == [made[1], "b"]
+    assert chord(flow, ["a", b], {"queue": "q", "payload": 4, "after": made[2]}).after == ["a", b, made[2]]
+
+
+def test_requeue_failed_steps_of_an_unknown_workflow_is_refused_as_workflow_is():
+    for call in (api.workflow, requeue_failed_steps):
+        with pytest.raises(
+            InvalidArgument, match="must name an existing workflow on database 'default'"
+        ) as raised:
+            call(123456789)
+        assert raised.value.field == "workflow_id" and raised.value.value == 123456789
+
+
+def test_a_requeue_waiting_on_a_workflows_cancel_sees_it_and_leaves_the_step_dead(connect):
+    """The requeue locks the step's row before it reads its workflow's state: a requeue that
+    waits for a cancel in progress (which holds the steps' rows) reads the cancel's outcome
+    once it commits, instead of the state it saw before it waited."""
+    flow = Workflow("racing")
+    failed = flow.step("wf_a", {}, max_attempts=1)
+    flow.step("wf_b", {}, after=[failed])
+    workflow_id = flow.start()
+    helpers.fail(helpers.dequeue("wf_a")[0], discard=True)
+    step_id = dead_ids()[0]
+    canceller = connect(autocommit=False)
+    canceller.execute(sql.query("workflow_cancel"), {"id": workflow_id})  # holds the steps' rows
+    requeued: list = []
+
+    def requeue() -> None:
+        conn = connect()
+        requeued.append(conn.execute(sql.query("requeue_dead"), {"ids": [step_id], "reset_attempts": True,
+                                                                "tolerance_ms": 50}).fetchone()[0])  # fmt: skip
+
+    thread = threading.Thread(target=requeue)
+    thread.start()
+    probe = connect()
+    for _ in range(200):  # until the requeue waits for the cancel's row lock
+        waiting = probe.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+            ["%lonnymq_requeue_dead_v1%"],
+        ).fetchone()[0]
+        if waiting:
+            break
+        threading.Event().wait(0.05)
+    assert waiting == 1
+    canceller.commit()
+    thread.join(10)
+    assert requeued == [[]]
+    assert dead_ids() == [step_id] and count("lonnymq_message") == 0
+    assert api.workflow(workflow_id).state == "cancelled" and api.check() == []

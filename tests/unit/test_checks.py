@@ -101,6 +101,7 @@ def test_the_checks_are_registered():
         "check_workflow_retention",
         "check_vacuum_threshold",
         "check_stats_count_cap",
+        "check_cross_database_enqueue",
     }
 
 
@@ -536,3 +537,22 @@ def test_e300_accepts_integers_in_bounds(value):
     with override_settings(LONNYMQ_STATS_COUNT_CAP=value):
         assert lonnymq_errors() == []
         assert count_cap() == value
+
+
+# ---------------------------------------------------------------------------------------
+# E310: LONNYMQ_CROSS_DATABASE_ENQUEUE is "warn", "raise" or "allow"
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["WARN", "error", "", None, True, 1])
+def test_e310_cross_database_enqueue_must_be_warn_raise_or_allow(value):
+    with override_settings(LONNYMQ_CROSS_DATABASE_ENQUEUE=value):
+        errors = lonnymq_errors()
+    assert ids(errors) == ["lonnymq.E310"]
+    assert "LONNYMQ_CROSS_DATABASE_ENQUEUE" in errors[0].msg and repr(value) in errors[0].msg
+
+
+@pytest.mark.parametrize("value", ["warn", "raise", "allow"])
+def test_e310_accepts_warn_raise_and_allow(value):
+    with override_settings(LONNYMQ_CROSS_DATABASE_ENQUEUE=value):
+        assert lonnymq_errors() == []
