@@ -115,6 +115,21 @@ def problem(text: str) -> str | None:
     return None
 
 
+def storable(text: str | None) -> str | None:
+    """``text`` as a PostgreSQL text column can hold it: a NUL character (which no text value
+    may hold) becomes the four characters ``\\x00``, and a lone surrogate (not UTF-8) its
+    escape ``\\udXXX``. Everything else is kept as it is."""
+    if text is None:
+        return None
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 class Undecodable:
     """A stored payload Python's json cannot decode (nested deeper than it goes, a number
     longer than ``int`` reads): its message fails alone instead of stopping its reader."""

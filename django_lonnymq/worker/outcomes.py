@@ -20,7 +20,7 @@ from typing import Any
 from .. import arguments
 from ..conf import to_ms
 from ..exceptions import Discard, Interrupted, InvalidArgument, Retry, Snooze
-from ..jsontext import Undecodable
+from ..jsontext import Undecodable, storable
 from ..message import Message
 from .running import TIMEOUT
 
@@ -175,12 +175,14 @@ def fail_params(
     outcome: Outcome, *, backoff_base_ms: int, backoff_max_ms: int, tolerance_ms: int, at_once: bool = False
 ) -> dict[str, Any]:
     """The ``fail`` statement's parameters for an outcome that is not an ack; ``at_once``
-    (eager mode) makes a requested retry due now."""
+    (eager mode) makes a requested retry due now. The error text is stored as
+    :func:`~django_lonnymq.jsontext.storable` makes it (a NUL or a lone surrogate escaped):
+    a text PostgreSQL refuses would lose the outcome."""
     retry = outcome.action == "retry"
     return {
         "id": outcome.message.id,
         "token": str(outcome.message.lease_token),
-        "error": outcome.error,
+        "error": storable(outcome.error),
         "retry_delay_ms": (0 if at_once else outcome.delay_ms) if retry else None,
         "reason": FAIL_REASONS[outcome.action],
         "backoff_base_ms": backoff_base_ms,
