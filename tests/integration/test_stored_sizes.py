@@ -16,7 +16,7 @@ from django.test import override_settings
 from django_lonnymq import Discard, Message, Workflow, api, enqueue, handler
 from django_lonnymq.jsontext import jsonb_size
 from django_lonnymq.models import DeadMessage
-from django_lonnymq.testing import drain
+from django_lonnymq.testing import drain, eager
 from django_lonnymq.worker.completion import Completion
 from django_lonnymq.worker.connection import ControlConnection
 from django_lonnymq.worker.fetching import workflow_inputs
@@ -56,6 +56,14 @@ def test_a_discard_whose_reason_cannot_be_stored_is_dead_at_once_with_its_reason
     assert dead.reason == "discarded"
     assert dead.last_error == ("nul\\x00here" if kind == "nul" else "lone\\ud800here")
     assert stats.dead == 1 and stats.lease_lost == 0
+
+
+def test_in_eager_mode_the_same_reason_is_stored_escaped():
+    with eager():
+        message_id = enqueue("sz_bad_error", {"kind": "surrogate", "discard": True}, max_attempts=3)
+    assert ran == [message_id]
+    dead = DeadMessage.objects.get(id=message_id)
+    assert (dead.reason, dead.last_error) == ("discarded", "lone\\ud800here")
 
 
 def test_a_failure_whose_error_cannot_be_stored_is_dead_as_failed_with_its_traceback():
@@ -160,7 +168,7 @@ def test_an_ack_batch_the_database_refuses_is_acked_step_by_step_and_the_bad_ste
         completion = Completion(connection_, held, Observers(passes=connection_.is_lost), stats, Waiter())
         for row in rows:
             message = message_from_row("sz_step", row)
-            workflow_inputs(message, row[10], row[11])
+            workflow_inputs(message, row[10], row[11], row[12])
             held.add([message])
             too_big = message.step_name == "b"
             output = "[" + ",".join(["1"] * 700_000) + "]" if too_big else f'"{message.step_name}"'
