@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
 from itertools import accumulate
 from typing import Any
 
@@ -172,6 +173,7 @@ def _value_size(value: Any, position: int) -> int:
     return position  # true, false, null: their entry says it all
 
 
+@lru_cache(maxsize=4096)  # a long array repeats its numbers
 def _numeric_size(number: str) -> int:
     """The bytes of PostgreSQL's ``numeric`` read from a JSON number's text (numeric_in):
     base-10000 digits of 2 bytes, without leading or trailing zero groups, after a 2-byte
