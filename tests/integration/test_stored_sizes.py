@@ -14,6 +14,7 @@ from django.db import connection
 from django.test import override_settings
 
 from django_lonnymq import Discard, Message, Workflow, api, enqueue, handler
+from django_lonnymq.exceptions import PayloadError
 from django_lonnymq.jsontext import jsonb_size
 from django_lonnymq.models import DeadMessage
 from django_lonnymq.testing import drain, eager
@@ -184,3 +185,17 @@ def test_an_ack_batch_the_database_refuses_is_acked_step_by_step_and_the_bad_ste
     assert "the step's output could not be stored" in dead.last_error
     assert "lonnymq_workflow_step_output_size" in dead.last_error, dead.last_error
     assert stats.acked == 2 and stats.dead == 1
+
+
+def test_a_payload_past_the_stored_bound_is_refused_before_anything_is_written():
+    with override_settings(LONNYMQ_MAX_PAYLOAD_BYTES=8_388_608):
+        with pytest.raises(PayloadError) as raised:
+            enqueue("sz_step", BIG_OUTPUT)
+        enqueue("sz_step", [1] * 690_000)  # 8,280,008 bytes stored: within the bound
+    assert raised.value.field == "payload"
+    assert "payload takes 8400008 bytes as stored by PostgreSQL (jsonb, 1400001 bytes as JSON)" in str(
+        raised.value
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM lonnymq_message")
+        assert cursor.fetchone()[0] == 1
