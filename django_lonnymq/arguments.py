@@ -138,6 +138,19 @@ def payload(value: Any, field: str = "payload", *, max_bytes: int | None = None)
     too_deep = jsontext.deeper_than(text, bounds.MAX_PAYLOAD_DEPTH)
     if too_deep is not None:
         raise _too_deep(field, too_deep)
+    # What the schema checks: the jsonb's size, at most 8 bytes a character of text (plus
+    # the headers), so only a long text is measured.
+    if 8 * size + 16 > bounds.MAX_STORED_JSONB:
+        stored = jsontext.jsonb_size(text)
+        if stored > bounds.MAX_STORED_JSONB:
+            limit = bounds.MAX_STORED_JSONB
+            raise PayloadError(
+                field,
+                f"must take at most {limit} bytes as stored by PostgreSQL (jsonb)",
+                stored,
+                message=f"{field} takes {stored} bytes as stored by PostgreSQL (jsonb, {size} bytes as JSON), "
+                f"more than the {limit} allowed",
+            )
     return text
 
 

@@ -45,6 +45,13 @@ MAX_INT4 = 2_147_483_647
 # recurses once per level and stops near 1,000, so a worker could not read a payload much
 # deeper than that; the bound keeps a wide margin below it.
 MAX_PAYLOAD_DEPTH = 100
+# A payload or step output as PostgreSQL stores it (jsonb, before compression): the schema's
+# pg_column_size CHECKs. Up to six times its JSON text ([1,1,...]: 12 bytes a number).
+MAX_STORED_JSONB = 8_388_608
+# A step's inputs: its parents' outputs, as stored, add up to at most 64 MiB (the schema's
+# lonnymq_workflow_inputs_v2 and lonnymq_workflow_ack_v2). With their names, far below the
+# 256 MB of PostgreSQL's largest jsonb value, and their text below the 1 GB a row can send.
+MAX_STEP_INPUTS = 67_108_864
 # Steps of one workflow (lonnymq_workflow_steps_range in the schema).
 MAX_WORKFLOW_STEPS = 50_000
 # A workflow's name, in characters.

@@ -246,6 +246,9 @@ def _workflow_inputs(message: Message, alias: str) -> None:
     message.workflow_id = workflow_of(message.dedup_key)
     if not is_step(message.dedup_key):
         return
-    for _, name, outputs in db.rows("workflow_inputs", {"ids": [message.id]}, using=alias):
+    for _, name, outputs, inputs_bytes in db.rows("workflow_inputs", {"ids": [message.id]}, using=alias):
         message.step_name = name
-        message.parent_outputs = jsontext.decode(outputs) if isinstance(outputs, str) else dict(outputs)
+        if outputs is None:  # past their bound: not built, the step is refused
+            message._inputs_too_large = inputs_bytes
+        else:
+            message.parent_outputs = jsontext.decode(outputs) if isinstance(outputs, str) else dict(outputs)

@@ -298,6 +298,7 @@ _CONSTRAINT_RULES: dict[str, tuple[str, str]] = {
     "lonnymq_message_max_attempts_range": ("max_attempts", "must be between 1 and 1000"),
     "lonnymq_message_priority_range": ("priority", "must be between 0 and 100"),
     "lonnymq_message_payload_size": ("payload", "must be at most 8 MiB stored"),
+    "lonnymq_workflow_step_output_size": ("output", "must be at most 8 MiB stored"),
     "lonnymq_schedule_payload_depth": (
         "payload",
         "must be nested at most 100 levels deep (the root is level 0)",

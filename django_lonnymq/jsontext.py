@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
 from itertools import accumulate
 from typing import Any
 
@@ -113,6 +114,102 @@ def problem(text: str) -> str | None:
     if has_non_finite(text):
         return "contains NaN or Infinity, which JSON (and PostgreSQL's jsonb) cannot hold"
     return None
+
+
+class _Number(str):
+    """A JSON number's text, kept as written (its stored size depends on its digits)."""
+
+    __slots__ = ()
+
+
+def _last_wins(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    return dict(pairs)  # a repeated key: jsonb keeps the last value, as dict() does
+
+
+def jsonb_size(text: str) -> int:
+    """The bytes the JSON ``text`` takes as a jsonb value, as ``pg_column_size(text::jsonb)``
+    reports it before any compression: the unit of the schema's size CHECKs, which can be
+    six times the text's length (``[1,1,...]``: 2 characters, 12 bytes a number). Expects
+    valid JSON nested at most a few hundred levels (it recurses once per level).
+
+    The layout is PostgreSQL's (``jsonb_util.c``): a 4-byte varlena header; each container a
+    4-byte header and a 4-byte entry per element (two per object member: keys first, in
+    (length, bytes) order, then the values in the same order), aligned to 4 bytes; a string
+    its UTF-8 bytes; a number a ``numeric`` aligned to 4 bytes; ``true``, ``false`` and
+    ``null`` nothing more than their entry; a scalar at the root a one-element array."""
+    value = json.loads(text, parse_int=_Number, parse_float=_Number, object_pairs_hook=_last_wins)
+    if isinstance(value, (dict, list)):
+        return _container_size(value, 4)
+    return _value_size(value, 4 + 4 + 4)  # the root scalar's pseudo-array: header and entry
+
+
+def _aligned(position: int) -> int:
+    return (position + 3) & ~3
+
+
+def _container_size(value: dict[str, Any] | list[Any], position: int) -> int:
+    position = _aligned(position) + 4
+    if isinstance(value, list):
+        position += 4 * len(value)
+        for item in value:
+            position = _value_size(item, position)
+        return position
+    keys = sorted(((key.encode("utf-8"), key) for key in value), key=lambda pair: (len(pair[0]), pair[0]))
+    position += 8 * len(keys)
+    for encoded, _ in keys:
+        position += len(encoded)
+    for _, key in keys:
+        position = _value_size(value[key], position)
+    return position
+
+
+def _value_size(value: Any, position: int) -> int:
+    if isinstance(value, _Number):
+        return _aligned(position) + _numeric_size(value)
+    if isinstance(value, str):
+        return position + len(value.encode("utf-8"))
+    if isinstance(value, (dict, list)):
+        return _container_size(value, position)
+    return position  # true, false, null: their entry says it all
+
+
+@lru_cache(maxsize=4096)  # a long array repeats its numbers
+def _numeric_size(number: str) -> int:
+    """The bytes of PostgreSQL's ``numeric`` read from a JSON number's text (numeric_in):
+    base-10000 digits of 2 bytes, without leading or trailing zero groups, after a 2-byte
+    header (4 when the scale passes 63 or the weight leaves -64..63) and the varlena's 4."""
+    mantissa, _, exponent_text = number.lstrip("-").lower().partition("e")
+    exponent = int(exponent_text or 0)
+    whole, _, fraction = mantissa.partition(".")
+    scale = max(0, len(fraction) - exponent)
+    digits = whole + fraction
+    first_weight = len(whole) - 1 + exponent  # the power of ten of the first digit
+    significant = digits.lstrip("0")
+    first_weight -= len(digits) - len(significant)
+    significant = significant.rstrip("0")
+    if not significant:
+        weight, groups = 0, 0
+    else:
+        weight = first_weight // 4
+        leading = (weight + 1) * 4 - (first_weight + 1)  # zeros before the first digit in its group
+        groups = (leading + len(significant) + 3) // 4
+    short = scale <= 63 and -64 <= weight <= 63
+    return 4 + (2 if short else 4) + 2 * groups
+
+
+def storable(text: str | None) -> str | None:
+    """``text`` as a PostgreSQL text column can hold it: a NUL character (which no text value
+    may hold) becomes the four characters ``\\x00``, and a lone surrogate (not UTF-8) its
+    escape ``\\udXXX``. Everything else is kept as it is."""
+    if text is None:
+        return None
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 class Undecodable:

@@ -84,6 +84,9 @@ class Message:
     _extend: Callable[[Message, timedelta | float | None], None] | None = field(
         default=None, repr=False, compare=False
     )
+    # A step whose parents' outputs take more than bounds.MAX_STEP_INPUTS bytes: their size
+    # (its inputs were not built; it is dead-lettered without running).
+    _inputs_too_large: int | None = field(default=None, repr=False, compare=False)
 
     @property
     def scheduled_at(self) -> datetime | None:

@@ -940,6 +940,8 @@ class WorkflowStepRecord(models.Model):
     children = ArrayField(
         models.BigIntegerField(), default=list, blank=True
     )  # ids of its children, increasing
+    # Its output's size as stored (jsonb before compression), written by its ack.
+    output_bytes = models.IntegerField(null=True, blank=True)
 
     class Meta:
         db_table = "lonnymq_workflow_step"

@@ -21,7 +21,7 @@ REPLACED = ("lonnymq_requeue_dead_v1", "lonnymq_workflow_check_v1")
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_lonnymq", "0041_stripes_everywhere"),
+        ("django_lonnymq", "0042_bounded_outputs"),
     ]
 
     operations = [

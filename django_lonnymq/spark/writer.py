@@ -388,6 +388,22 @@ def _check_chunk(
                     f"is nested {depth} levels deep, more than the {deepest} allowed (the root is "
                     "level 0): a worker could not decode it",
                 )
+    stored_limit = bounds.MAX_STORED_JSONB
+    if max(map(len, payloads)) * 8 + 16 > stored_limit:  # only long texts can take that much stored
+        for i, payload in enumerate(payloads):
+            if len(payload) * 8 + 16 > stored_limit:
+                stored = jsontext.jsonb_size(payload)
+                if stored > stored_limit:
+                    raise _row_error(
+                        config,
+                        chunk,
+                        i,
+                        offset,
+                        where,
+                        names.payload,
+                        f"takes {stored} bytes as stored by PostgreSQL (jsonb), more than the {stored_limit} "
+                        "allowed",
+                    )
     if None in keys:
         raise _row_error(
             config,

@@ -4643,6 +4643,10 @@ CREATE TABLE lonnymq_workflow_step (
     -- of a fan-out's start).
     parents       bigint[]    NOT NULL DEFAULT '{}',
     children      bigint[]    NOT NULL DEFAULT '{}',
+    -- The output's size as the CHECK below measures it (pg_column_size before compression),
+    -- written by the ack (0 for no output; NULL for a step acked before 0042): a child's
+    -- inputs are bounded by the sum over its parents, read without decompressing them.
+    output_bytes  integer     NULL,
     CONSTRAINT lonnymq_workflow_step_name_unique UNIQUE (workflow_id, name),
     CONSTRAINT lonnymq_workflow_step_name_length CHECK (char_length(name) BETWEEN 1 AND 200),
     CONSTRAINT lonnymq_workflow_step_state_known
@@ -4908,20 +4912,47 @@ BEGIN
 END
 $$;
 
+-- The bytes a step's inputs take: the sum of its parents' outputs as stored (output_bytes;
+-- for an output acked before 0042, its length as JSON text). A step's inputs may take at most
+-- 64 MiB (67,108,864 bytes, bounds.MAX_STEP_INPUTS): with the keys, whatever the number of
+-- parents, far below the 256 MB of the largest jsonb value, and their text far below the
+-- 1 GB of the largest value a row can send.
+CREATE FUNCTION lonnymq_workflow_inputs_bytes_v1(p_parents bigint[]) RETURNS bigint
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT coalesce(pg_catalog.sum(coalesce(p.output_bytes::bigint,
+                                            pg_catalog.octet_length(p.output::text)::bigint)), 0)::bigint
+      FROM lonnymq_workflow_step p WHERE p.id = ANY (p_parents)
+$$;
+
+-- The error a step whose inputs are past the bound is dead-lettered with.
+CREATE FUNCTION lonnymq_inputs_too_large_v1(p_bytes bigint) RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT pg_catalog.format('inputs_too_large: the outputs of its parents take %s bytes as stored, more than '
+                             'the 67108864 (64 MiB) a step''s inputs may take', p_bytes)
+$$;
+
 -- Ack steps (the worker's ack for messages whose dedup key says they are steps): the ack of
 -- lonnymq_ack_v1, and in the same transaction each step acked now succeeds with its output,
--- its children count it, and every child whose parents have all succeeded is released
--- (unless its workflow was cancelled). A step whose lease is stale acks nothing, so a step
--- run twice counts once. Rows are locked in one order: messages (the ack), then steps (the
--- ones acked now, which no other ack can hold: each one's message was deleted by this ack;
--- then their waiting children by id), then workflows by id. Every statement reaches its
--- rows through an index (the ids given, the children's ids the acked steps' rows return),
--- whatever the size of the tables; a child is updated once, by the ack that lowers its
--- count or releases it, and a child shared by acks from other workers (a fan-in) is locked
--- only after this ack's own steps are written. The children are locked and counted in one
--- statement: a child another ack updated while this one waited for its lock is read as that
--- ack left it (READ COMMITTED's recheck of a locked row). No nested loops: every join here
--- is between id arrays and the rows they name, whose sizes a generic plan cannot know.
+-- its children count it, and every child whose parents have all succeeded is released (unless
+-- its workflow was cancelled). A released child whose parents' outputs add up to more than 64
+-- MiB as stored (the sum of their output_bytes; only a child of more than 8 parents can, each
+-- output being at most 8 MiB) cannot be given its inputs: it is dead-lettered at once as
+-- 'discarded' with an error saying 'inputs_too_large', which fails its workflow (and enqueues
+-- on_failure) as any dead step does. A step whose lease is stale acks nothing, so a step run
+-- twice counts once. Rows are locked in one order: messages (the ack), then steps (the ones
+-- acked now, which no other ack can hold: each one's message was deleted by this ack; then
+-- their waiting children by id), then workflows by id. Every statement reaches its rows
+-- through an index (the ids given, the children's ids the acked steps' rows return), whatever
+-- the size of the tables; a child is updated once, by the ack that lowers its count or
+-- releases it, and a child shared by acks from other workers (a fan-in) is locked only after
+-- this ack's own steps are written. The children are locked and counted in one statement: a
+-- child another ack updated while this one waited for its lock is read as that ack left it
+-- (READ COMMITTED's recheck of a locked row). No nested loops: every join here is between id
+-- arrays and the rows they name, whose sizes a generic plan cannot know.
 -- Returns the ids acked.
 CREATE FUNCTION lonnymq_workflow_ack_v2(p_ids bigint[], p_tokens uuid[], p_outputs jsonb[], p_tolerance_ms bigint)
 RETURNS bigint[]
@@ -4940,6 +4971,8 @@ DECLARE
     v_lower   bigint[];
     v_lower_n integer[];
     v_cancelled bigint[];
+    v_big     bigint[];
+    v_big_bytes bigint[];
 BEGIN
     IF coalesce(pg_catalog.cardinality(p_outputs), 0) <> coalesce(pg_catalog.cardinality(p_ids), 0) THEN
         PERFORM lonnymq_raise_invalid_v1('outputs', 'must have one output per id', pg_catalog.cardinality(p_outputs)::text);
@@ -4954,6 +4987,7 @@ BEGIN
     WITH done AS (
         UPDATE lonnymq_workflow_step s
            SET state = 'succeeded', output = p_outputs[pg_catalog.array_position(p_ids, s.id)], payload = NULL,
+               output_bytes = coalesce(pg_catalog.pg_column_size(p_outputs[pg_catalog.array_position(p_ids, s.id)]), 0),
                finished_at = pg_catalog.now()
          WHERE s.id = ANY (v_acked) AND s.state = 'queued'
         RETURNING s.workflow_id, s.children
@@ -4994,6 +5028,13 @@ BEGIN
         END IF;
         IF v_ready IS NOT NULL THEN
             PERFORM lonnymq_workflow_release_v2(v_ready, p_tolerance_ms);
+            -- The released children whose inputs are past the bound (a fan-in of more than 8).
+            SELECT pg_catalog.array_agg(x.id ORDER BY x.id), pg_catalog.array_agg(x.bytes ORDER BY x.id)
+              INTO v_big, v_big_bytes
+              FROM (SELECT s.id, lonnymq_workflow_inputs_bytes_v1(s.parents) AS bytes
+                      FROM lonnymq_workflow_step s
+                     WHERE s.id = ANY (v_ready) AND pg_catalog.cardinality(s.parents) > 8) x
+             WHERE x.bytes > 67108864;
         END IF;
     END IF;
     IF v_nflows > 1 THEN
@@ -5006,16 +5047,26 @@ BEGIN
       FROM (SELECT f.workflow_id, pg_catalog.count(*)::integer AS n
               FROM pg_catalog.unnest(v_flows) AS f(workflow_id) GROUP BY f.workflow_id) d
      WHERE w.id = ANY (v_flows) AND w.id = d.workflow_id;
+    -- Last: the workflows are locked (in id order, above) before a dead step's trigger updates
+    -- its own.
+    IF v_big IS NOT NULL THEN
+        FOR i IN 1 .. pg_catalog.cardinality(v_big) LOOP
+            PERFORM lonnymq_bury_v1(ARRAY[v_big[i]], 'discarded', lonnymq_inputs_too_large_v1(v_big_bytes[i]));
+        END LOOP;
+    END IF;
     RETURN v_acked;
 END
 $$;
 
--- What a worker gives a dequeued step's handler: its name, and its parents' outputs by name.
--- VOLATILE, so that called after a dequeue in the same statement it reads with a snapshot of
--- its own, taken after the dequeue's: it sees the ack that released the step (and wrote its
--- last parent's output) even when that ack committed while the statement ran.
-CREATE FUNCTION lonnymq_workflow_inputs_v1(p_ids bigint[])
-RETURNS TABLE (id bigint, name text, outputs jsonb)
+-- What a worker gives a dequeued step's handler: its name, its parents' outputs by name, and
+-- the bytes they take (lonnymq_workflow_inputs_bytes_v1). Inputs past the bound are never
+-- built (their outputs are NULL): the worker dead-letters the step as the ack that released
+-- it did (a step requeued from the dead letters comes back this way). VOLATILE, so that
+-- called after a dequeue in the same statement it reads with a snapshot of its own, taken
+-- after the dequeue's: it sees the ack that released the step (and wrote its last parent's
+-- output) even when that ack committed while the statement ran.
+CREATE FUNCTION lonnymq_workflow_inputs_v2(p_ids bigint[])
+RETURNS TABLE (id bigint, name text, outputs jsonb, inputs_bytes bigint)
 LANGUAGE plpgsql VOLATILE
 SET search_path FROM CURRENT
 SET enable_seqscan = off
@@ -5027,10 +5078,14 @@ BEGIN
         RETURN;
     END IF;
     RETURN QUERY
-    SELECT s.id, s.name,
-           coalesce((SELECT pg_catalog.jsonb_object_agg(p.name, coalesce(p.output, 'null'::jsonb))
-                       FROM lonnymq_workflow_step p WHERE p.id = ANY (s.parents)), '{}'::jsonb)
-      FROM lonnymq_workflow_step s WHERE s.id = ANY (p_ids);
+    SELECT x.id, x.name,
+           CASE WHEN x.bytes <= 67108864 THEN
+               coalesce((SELECT pg_catalog.jsonb_object_agg(p.name, coalesce(p.output, 'null'::jsonb))
+                           FROM lonnymq_workflow_step p WHERE p.id = ANY (x.parents)), '{}'::jsonb)
+           END,
+           x.bytes
+      FROM (SELECT s.id, s.name, s.parents, lonnymq_workflow_inputs_bytes_v1(s.parents) AS bytes
+              FROM lonnymq_workflow_step s WHERE s.id = ANY (p_ids)) x;
 END
 $$;
 

@@ -895,3 +895,33 @@ BEGIN
     RETURN v_recorded;
 END
 $$;
+
+-- ---------------------------------------------------------------------------------------
+-- A step's inputs (the code moved to _v2 in 0042: bounded, with their size)
+-- ---------------------------------------------------------------------------------------
+
+-- Superseded by lonnymq_workflow_inputs_v2 (migration 0042_bounded_outputs).
+-- Kept for rolling deploys from 0.1.x; may be dropped in 0.3.0.
+-- What a worker gives a dequeued step's handler: its name, and its parents' outputs by name.
+-- VOLATILE, so that called after a dequeue in the same statement it reads with a snapshot of
+-- its own, taken after the dequeue's: it sees the ack that released the step (and wrote its
+-- last parent's output) even when that ack committed while the statement ran.
+CREATE FUNCTION lonnymq_workflow_inputs_v1(p_ids bigint[])
+RETURNS TABLE (id bigint, name text, outputs jsonb)
+LANGUAGE plpgsql VOLATILE
+SET search_path FROM CURRENT
+SET enable_seqscan = off
+SET jit = off
+AS $$
+BEGIN
+    -- A batch without steps (NULL): nothing to read (plpgsql: its plan is kept per session).
+    IF p_ids IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT s.id, s.name,
+           coalesce((SELECT pg_catalog.jsonb_object_agg(p.name, coalesce(p.output, 'null'::jsonb))
+                       FROM lonnymq_workflow_step p WHERE p.id = ANY (s.parents)), '{}'::jsonb)
+      FROM lonnymq_workflow_step s WHERE s.id = ANY (p_ids);
+END
+$$;

@@ -12,10 +12,12 @@ import logging
 import queue as queue_mod
 from collections.abc import Iterable
 
+import psycopg
+
 from ..conf import settings
-from ..exceptions import LeaseLost, MessageNotFound
+from ..exceptions import InvalidArgument, LeaseLost, MessageNotFound
 from ..message import Message
-from .connection import DB_ERRORS, STATEMENT_ERRORS, ControlConnection
+from .connection import DB_ERRORS, STATEMENT_ERRORS, ControlConnection, describe_failure, root_error
 from .held import Held
 from .observer import Observers
 from .outcomes import Outcome, fail_params, snooze_params, snoozed_too_often
@@ -39,6 +41,16 @@ def text_array_literal(values: Iterable[str | None]) -> str:
 
 def _quoted(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def refuses_data(exc: BaseException) -> bool:
+    """The statement failed for what it was given (a value the schema refuses, one past a
+    limit of PostgreSQL's), not for a passing reason (a deadlock, a timeout): sent again,
+    it would fail again."""
+    root = root_error(exc)
+    return isinstance(exc, InvalidArgument) or isinstance(
+        root, (psycopg.DataError, psycopg.IntegrityError, psycopg.errors.ProgramLimitExceeded)
+    )
 
 
 class Completion:
@@ -111,19 +123,40 @@ class Completion:
             self.held.drop(outcome.message.id for outcome in recorded)
 
     def _ack_steps(self, acks: list[Outcome]) -> None:
-        """Ack workflow steps with their outputs; the same call releases their ready children."""
-        acked = set(
-            self.connection.value(
-                "workflow_ack",
-                {
-                    "ids": array_literal(o.message.id for o in acks),
-                    "tokens": array_literal(o.message.lease_token for o in acks),
-                    "outputs": text_array_literal(o.output for o in acks),
-                    "tolerance_ms": settings.ms("WAKE_TOLERANCE"),
-                },
+        """Ack workflow steps with their outputs; the same call releases their ready children.
+
+        A batch the database refuses (on a healthy connection) is acked again one step at a
+        time, and a step whose own ack is refused fails alone with that error: one output
+        the database will not store never holds up the others, nor the worker."""
+        try:
+            acked = set(
+                self.connection.value(
+                    "workflow_ack",
+                    {
+                        "ids": array_literal(o.message.id for o in acks),
+                        "tokens": array_literal(o.message.lease_token for o in acks),
+                        "outputs": text_array_literal(o.output for o in acks),
+                        "tolerance_ms": settings.ms("WAKE_TOLERANCE"),
+                    },
+                )
+                or []
             )
-            or []
-        )
+        except STATEMENT_ERRORS as exc:
+            if self.connection.is_lost(exc) or not refuses_data(exc):
+                raise  # sent again: after reconnecting, or once the passing trouble is over
+            if len(acks) > 1:
+                for outcome in acks:
+                    self._ack_steps([outcome])
+                return
+            [outcome] = acks
+            kind, detail = describe_failure(exc)
+            logger.error(
+                "the ack of step %s was refused (%s: %s); failing it", outcome.message.id, kind, detail
+            )
+            self._fail(
+                Outcome(outcome.message, "fail", error=f"the step's output could not be stored: {detail}")
+            )
+            return
         self.stats.acked += len(acked)
         missing = [o for o in acks if o.message.id not in acked]
         gone = self._gone([o.message.id for o in missing if o.resent])

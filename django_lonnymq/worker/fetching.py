@@ -103,7 +103,7 @@ class Fetcher:
             for row in rows:
                 message = message_from_row(queue_name, row, extend)
                 if message.dedup_key is not None and message.dedup_key.startswith("lonnymq."):
-                    workflow_inputs(message, row[10], row[11])
+                    workflow_inputs(message, row[10], row[11], row[12])
                 messages.append(message)
             self.observers.fetched(messages)
             self.held.add(messages)
@@ -159,11 +159,14 @@ class Fetcher:
         return min(max(due_ms / 1000, 0.001), self.poll_interval)
 
 
-def workflow_inputs(message: Message, step_name: str | None, outputs: Any) -> None:
+def workflow_inputs(message: Message, step_name: str | None, outputs: Any, inputs_bytes: int | None) -> None:
     """A workflow's message (its dedup key says so): its workflow, and for a step its name
     and parents' outputs, which the dequeue statement returns with it (plain messages cost
-    nothing)."""
+    nothing). Outputs past their bound are not built (NULL): the step is refused."""
     message.workflow_id = workflow_of(message.dedup_key)
     if step_name is not None and is_step(message.dedup_key):
         message.step_name = step_name
-        message.parent_outputs = json.loads(outputs) if isinstance(outputs, str) else dict(outputs)
+        if outputs is None:
+            message._inputs_too_large = inputs_bytes
+        else:
+            message.parent_outputs = json.loads(outputs) if isinstance(outputs, str) else dict(outputs)

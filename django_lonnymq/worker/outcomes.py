@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from .. import arguments
+from .. import arguments, bounds
 from ..conf import to_ms
 from ..exceptions import Discard, Interrupted, InvalidArgument, Retry, Snooze
-from ..jsontext import Undecodable
+from ..jsontext import Undecodable, storable
 from ..message import Message
 from .running import TIMEOUT
 
@@ -85,8 +85,18 @@ def message_from_row(
 
 
 def refused(message: Message) -> Outcome | None:
-    """The outcome of a message no handler can be given (its payload cannot be decoded):
-    dead-lettered at once, alone; None for every other message."""
+    """The outcome of a message no handler can be given (its payload cannot be decoded, a
+    step's inputs are past their bound): dead-lettered at once, alone; None for every other
+    message."""
+    if message._inputs_too_large is not None:
+        error = inputs_too_large(message._inputs_too_large)
+        logger.error(
+            "message %s of %s: %s; dead-lettered without running its handler",
+            message.id,
+            message.queue,
+            error,
+        )
+        return Outcome(message, "discard", error=error)
     if isinstance(message.payload, Undecodable):
         logger.error(
             "message %s of %s: payload cannot be decoded (%s); dead-lettered without running its handler",
@@ -96,6 +106,14 @@ def refused(message: Message) -> Outcome | None:
         )
         return Outcome(message, "discard", error=f"payload cannot be decoded: {message.payload.error}")
     return None
+
+
+def inputs_too_large(size: int) -> str:
+    """Why a step cannot be given its inputs (the text lonnymq_inputs_too_large_v1 stores)."""
+    return (
+        f"inputs_too_large: the outputs of its parents take {size} bytes as stored, more than "
+        f"the {bounds.MAX_STEP_INPUTS} (64 MiB) a step's inputs may take"
+    )
 
 
 def run(handle: Callable[[Message], object], message: Message) -> Outcome:
@@ -194,12 +212,14 @@ def fail_params(
     outcome: Outcome, *, backoff_base_ms: int, backoff_max_ms: int, tolerance_ms: int, at_once: bool = False
 ) -> dict[str, Any]:
     """The ``fail`` statement's parameters for an outcome that is not an ack; ``at_once``
-    (eager mode) makes a requested retry due now."""
+    (eager mode) makes a requested retry due now. The error text is stored as
+    :func:`~django_lonnymq.jsontext.storable` makes it (a NUL or a lone surrogate escaped):
+    a text PostgreSQL refuses would lose the outcome."""
     retry = outcome.action == "retry"
     return {
         "id": outcome.message.id,
         "token": str(outcome.message.lease_token),
-        "error": outcome.error,
+        "error": storable(outcome.error),
         "retry_delay_ms": (0 if at_once else outcome.delay_ms) if retry else None,
         "reason": FAIL_REASONS[outcome.action],
         "backoff_base_ms": backoff_base_ms,

@@ -427,7 +427,7 @@ def test_the_dequeue_gives_steps_their_name_and_parents_outputs_and_plain_messag
     # The inputs are read with a snapshot of their own, after the dequeue's (VOLATILE).
     assert (
         conn.execute(
-            "SELECT provolatile FROM pg_proc WHERE proname = 'lonnymq_workflow_inputs_v1'"
+            "SELECT provolatile FROM pg_proc WHERE proname = 'lonnymq_workflow_inputs_v2'"
         ).fetchone()[0]
         == "v"
     )

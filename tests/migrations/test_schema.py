@@ -106,6 +106,8 @@ RELEASED = {
     "0040_channel_stripes.up.sql": "caf27052bc8520e66dea8cc627c553e20d98d84b209629e75b80aa945ca49079",
     "0041_stripes_everywhere.down.sql": "da7fa9e8821f8ef00d6c7d6e344586233709a999445035ba456c2fdf61332f5d",
     "0041_stripes_everywhere.up.sql": "151ba60ea3ba3c097c320aa8188a3cc208b3355e84a6848fc75221037272b4d3",
+    "0042_bounded_outputs.down.sql": "7578c5afd1c715b1855086f7c5791fffcb916d09f3503b63a636d76b96b3498a",
+    "0042_bounded_outputs.up.sql": "f666b8c03028d583bdc9a8a0f1269b1b3aa1ee4b8361dc2e1f323697e047d790",
     "0043_cancelled_steps.down.sql": "9cc791a2eaddae83cd7952580f24b7ec0a4f913db5092a54652e93aa76c132bf",
     "0043_cancelled_steps.up.sql": "f930633f51c26dc78228c24bf4114ab49e11110b8e80d765d453f4d4e0858af0",
 }

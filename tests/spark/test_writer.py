@@ -67,7 +67,9 @@ def test_writing_the_same_rows_again_enqueues_nothing(dsn: str) -> None:
 
 
 @pytest.mark.parametrize("mode", ["replace", "update"])
-def test_with_a_mode_a_re_run_changes_the_waiting_messages_and_counts_none_as_new(dsn: str, mode: str) -> None:
+def test_with_a_mode_a_re_run_changes_the_waiting_messages_and_counts_none_as_new(
+    dsn: str, mode: str
+) -> None:
     write_rows(config(dsn, on_duplicate=mode), rows(150))
     changed = [(c, json.dumps({"row": i, "v": 2}), k, r) for i, (c, _, k, r) in enumerate(rows(150))]
 
@@ -178,6 +180,18 @@ def test_bad_rows_are_refused_with_their_column(
         write_rows(config(dsn, max_payload_bytes=1000), data)
 
     assert caught.value.column == column
+    assert "row 5 of the input" in str(caught.value)
+    assert messages(dsn, QUEUE) == []  # the whole chunk rolled back
+
+
+def test_a_payload_past_8_mib_as_stored_is_refused_with_its_column(dsn: str) -> None:
+    """1.4 MB of JSON, within the limit, but 8,400,008 bytes as jsonb: past the schema's CHECK."""
+    data = rows(5) + [("t", "[" + ",".join(["1"] * 700_000) + "]", "k", None)] + rows(5, start=5)
+
+    with pytest.raises(ExportError, match=r"takes 8400008 bytes as stored by PostgreSQL") as caught:
+        write_rows(config(dsn, max_payload_bytes=8_388_608), data)
+
+    assert caught.value.column == "payload"
     assert "row 5 of the input" in str(caught.value)
     assert messages(dsn, QUEUE) == []  # the whole chunk rolled back
 
