@@ -72,7 +72,9 @@ def test_a_held_snapshot_rings_in_health_and_on_the_dashboard(
     assert "has held a snapshot open for" in error and "more than 0.2s" in error
     assert [a["kind"] for a in report["horizon_alarms"]] == ["horizon"]
     [held] = [h for h in report["horizon"] if h["pid"] == pid]
-    assert held["kind"] == "session" and held["state"] == "idle in transaction" and held["query"] == "SELECT 1"
+    assert (
+        held["kind"] == "session" and held["state"] == "idle in transaction" and held["query"] == "SELECT 1"
+    )
     assert held["application_name"] == "nightly-report" and held["xact_start"] and held["query_start"]
     # The flag overrides the setting; None judges nothing.
     assert _health("--max-xact-age", "3600")[1] is None
