@@ -222,9 +222,9 @@ def horizon_alarms(holders: Iterable[HorizonHolder], *, max_age: float | None) -
                 Alarm(
                     "",
                     HORIZON,
-                    f"{holder.describe()} has held a snapshot open for {format_age(age)} ({age:.0f}s, more "
-                    f"than {max_age:g}s): VACUUM removes none of the queue's dead rows meanwhile and every "
-                    "dequeue reads more of them; end it"
+                    f"{holder.describe()} has held the xmin horizon back for {format_age(age)} (open for "
+                    f"{int(age)}s, more than {max_age:g}s): VACUUM removes none of the queue's dead rows "
+                    "meanwhile and every dequeue reads more of them; end it"
                     + (f" (pg_terminate_backend({holder.pid}))" if holder.kind == "session" else "")
                     + " if it is stuck",
                 )

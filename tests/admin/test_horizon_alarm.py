@@ -69,7 +69,7 @@ def test_a_held_snapshot_rings_in_health_and_on_the_dashboard(
     assert error is not None, report
     assert f"session pid {pid} (user " in error and "application 'nightly-report'" in error
     assert "idle in transaction" in error and "statement: SELECT 1" in error
-    assert "has held a snapshot open for" in error and "more than 0.2s" in error
+    assert "has held the xmin horizon back for" in error and "more than 0.2s" in error
     assert [a["kind"] for a in report["horizon_alarms"]] == ["horizon"]
     [held] = [h for h in report["horizon"] if h["pid"] == pid]
     assert (
@@ -83,7 +83,7 @@ def test_a_held_snapshot_rings_in_health_and_on_the_dashboard(
 
     page = admin_client.get(DASHBOARD).content.decode()
     assert 'id="lq-alarms"' in page and 'class="lq-alarm-horizon"' in page
-    assert f"session pid {pid} (user " in page and "has held a snapshot open for" in page
+    assert f"session pid {pid} (user " in page and "has held the xmin horizon back for" in page
 
     holder.execute("COMMIT")
     report, error = _health()
