@@ -24,6 +24,10 @@ the scan has to visit them) per 100 messages, and for the queue the dequeue call
 mean time (``pg_stat_user_functions``; the bench sets ``track_functions = pl`` on its
 database). The workers' own VACUUMs of the channel table show as ``vacuum_count``.
 
+``--probe CHANNELS`` measures one dequeue instead: a single connection takes the cycles' messages
+100 at a time under a held snapshot and prints, every quarter cycle, what that call read from
+each relation (index entries, blocks), from the counters of its own transaction.
+
 The database is ``--database-url`` (default postgres://postgres@127.0.0.1:5432/lq_bench_horizon);
 it is dropped and recreated.
 """
@@ -321,6 +325,60 @@ def report(all_series: list[Series], bench: Bench) -> None:
                 print(f"  {name + ', ' + mode:<26}" + "".join(f"{_fmt(v):>12}" for v in values))
 
 
+PROBE_RELATIONS = (
+    "lonnymq_channel_eligible_idx",
+    "lonnymq_channel",
+    "lonnymq_channel_pkey",
+    "lonnymq_message_ready_idx",
+    "lonnymq_message",
+)
+
+
+def probe(url: str, channels: int, messages: int, cycles: int) -> None:
+    """``--probe``: what one dequeue of 100 reads, relation by relation, as the messages
+    taken under a held snapshot add up; one connection, no workers, so the counters are this
+    call's own (``pg_stat_get_xact_*`` inside its transaction)."""
+    core.recreate_database(url)
+    conn = core.connect(url)
+    oids = [conn.execute("SELECT %s::regclass::oid", [r]).fetchone()[0] for r in PROBE_RELATIONS]  # type: ignore[index]
+    counters = "SELECT " + ", ".join(
+        f"pg_stat_get_xact_tuples_returned({oid}), pg_stat_get_xact_blocks_fetched({oid})" for oid in oids
+    )
+    holder = psycopg.connect(url, autocommit=True, application_name="lonnymq-bench-holder")
+    holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    holder.execute("SELECT 1")
+    names = [f"tenant-{i}" for i in range(channels)]
+    print(
+        f"one dequeue of 100 over {channels:,} channel(s) while a snapshot is held: entries read (e), blocks (b)"
+    )
+    print(f"{'taken':>8} {'ms':>6} " + " ".join(f"{r.removeprefix('lonnymq_'):>22}" for r in PROBE_RELATIONS))
+    taken, every = 0, max(messages // 4, 100)
+    try:
+        for _ in range(cycles):
+            core.fill(conn, QUEUE, messages, names)
+            while True:
+                with conn.transaction():
+                    before = conn.execute(counters).fetchone()
+                    started = time.perf_counter()
+                    got = core.dequeue(conn, QUEUE, 100)
+                    ms = (time.perf_counter() - started) * 1000
+                    after = conn.execute(counters).fetchone()
+                if not got:
+                    break
+                core.ack(conn, got)
+                if taken % every == 0:
+                    assert before is not None and after is not None
+                    delta = [a - b for a, b in zip(after, before, strict=True)]
+                    cells = " ".join(
+                        f"{delta[2 * i]:>11,}e {delta[2 * i + 1]:>8,}b" for i in range(len(oids))
+                    )
+                    print(f"{taken:>8,} {ms:>6.1f} {cells}", flush=True)
+                taken += len(got)
+    finally:
+        holder.close()
+        conn.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--database-url", default=os.environ.get("LONNYMQ_BENCH_HORIZON_URL", DEFAULT_URL))
@@ -335,11 +393,22 @@ def main() -> None:
         default=30.0,
         help="a cycle not drained in this many s counts what it drained, the bench deletes the rest (30)",
     )
+    parser.add_argument(
+        "--probe",
+        type=int,
+        default=None,
+        metavar="CHANNELS",
+        help="instead: one connection's dequeues of 100 over CHANNELS channels under a held snapshot, "
+        "what each reads by relation",
+    )
     parser.add_argument("--no-vacuum", action="store_true", help="no VACUUM by the bench before a cycle")
     args = parser.parse_args()
     messages = args.messages or (10_000 if args.quick else 20_000)
     cycles = args.cycles or (3 if args.quick else 5)
     runs = args.runs or (1 if args.quick else 3)
+    if args.probe is not None:
+        probe(args.database_url, args.probe, messages, cycles)
+        return
 
     started = time.monotonic()
     core.recreate_database(args.database_url)
