@@ -1,5 +1,7 @@
 """The alarms that ring by default: a queue holds ready messages that no live worker serves,
-or its oldest ready message has waited too long. ``lonnymq_health`` fails on them and the
+or its oldest ready message has waited too long, or something has held the database's xmin
+horizon back too long (a session's snapshot, a prepared transaction, a replication slot:
+VACUUM removes none of the queue's dead rows meanwhile). ``lonnymq_health`` fails on them and the
 dashboard shows them (docs/admin.md, "Alarms"); ``/metrics`` exports the figures behind them
 (``lonnymq_live_workers``, ``lonnymq_oldest_ready_age_seconds``) for a Prometheus rule.
 
@@ -10,7 +12,9 @@ the backlog of a paused queue (``api.pause_queue``).
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
 
 from . import db
 from .bounds import MAX_INTERVAL
@@ -20,6 +24,9 @@ from .models import QueueConfig, QueueSample
 
 UNSERVED = "unserved"
 READY_AGE = "ready_age"
+HORIZON = "horizon"
+# The holders of the horizon the health command and the dashboard list (the oldest first).
+HORIZON_HOLDERS = 5
 # The health command counts a queue's ready (and paused) messages exactly up to this many:
 # judging needs only "any?" and the oldest one's age, and a count of millions would cost
 # seconds (health_figures).
@@ -28,9 +35,50 @@ HEALTH_COUNT_CAP = 10_000
 
 @dataclass(frozen=True)
 class Alarm:
-    queue: str
-    kind: str  # UNSERVED or READY_AGE
+    queue: str  # "" for a database-wide alarm (HORIZON)
+    kind: str  # UNSERVED, READY_AGE or HORIZON
     text: str
+
+
+@dataclass(frozen=True)
+class HorizonHolder:
+    """Something that holds the database's xmin horizon back (named statement
+    ``horizon_holders``): a session, a WAL sender, a prepared transaction, a slot."""
+
+    kind: str  # "session", "wal sender", "prepared transaction", "replication slot"
+    pid: int | None
+    user: str | None
+    application_name: str | None
+    state: str | None  # a session's state; "prepared"; a slot's "active" / "inactive"
+    xact_start: datetime | None  # a prepared transaction: when it was prepared
+    query_start: datetime | None
+    age_seconds: float | None  # None: no time is known (a WAL sender, a slot)
+    xid_age: int | None  # transactions since the horizon it holds
+    query: str | None  # the first 200 characters of the session's last statement
+    name: str | None  # a slot's name, a prepared transaction's gid
+
+    def describe(self) -> str:
+        """Who it is, in the words an operator needs to find it."""
+        if self.kind == "replication slot":
+            return f"replication slot {self.name} ({self.state}{f', pid {self.pid}' if self.pid else ''})"
+        if self.kind == "prepared transaction":
+            return f"prepared transaction {self.name!r} (owner {self.user})"
+        parts = [f"user {self.user}" if self.user else "", f"application {self.application_name!r}"
+                 if self.application_name else "", self.state or ""]  # fmt: skip
+        if self.query_start is not None:
+            parts.append(f"statement started {self.query_start:%Y-%m-%d %H:%M:%S %Z}".strip())
+        if self.query:
+            short = " ".join(self.query.split())
+            parts.append(f"statement: {short[:80]}{'...' if len(short) > 80 else ''}")
+        detail = ", ".join(part for part in parts if part)
+        return f"{'WAL sender' if self.kind == 'wal sender' else 'session'} pid {self.pid} ({detail})"
+
+    def as_dict(self) -> dict[str, Any]:
+        found = asdict(self)
+        found["description"] = self.describe()
+        for key in ("xact_start", "query_start"):
+            found[key] = None if found[key] is None else found[key].isoformat()
+        return found
 
 
 def live_workers(using: str | None = None) -> dict[str, int]:
@@ -132,14 +180,67 @@ def paused_queues(using: str | None = None) -> set[str]:
     return set(QueueConfig.objects.using(alias).filter(paused=True).values_list("queue", flat=True))
 
 
+def horizon_alarm() -> float | None:
+    """``LONNYMQ_HORIZON_ALARM`` in seconds (None: not judged); the default when the setting
+    is malformed (check lonnymq.E220 reports it)."""
+    value = settings.HORIZON_ALARM
+    if value is None:
+        return None
+    try:
+        ms = -1 if isinstance(value, bool) else to_ms(value)
+    except (TypeError, ValueError, OverflowError):
+        ms = -1
+    if not 0 < ms <= to_ms(MAX_INTERVAL):
+        return float(to_ms(DEFAULTS["HORIZON_ALARM"])) / 1000
+    return ms / 1000
+
+
+def horizon_holders(using: str | None = None, *, limit: int = HORIZON_HOLDERS) -> list[HorizonHolder]:
+    """What holds the xmin horizon of the queue's database back, the oldest horizon first."""
+    alias = using or settings.DATABASE
+    return [HorizonHolder(*row) for row in db.rows("horizon_holders", {"limit": limit}, using=alias)]
+
+
+def horizon_alarms(holders: Iterable[HorizonHolder], *, max_age: float | None) -> list[Alarm]:
+    """An alarm for each holder older than ``max_age`` seconds (None: none), and for each
+    inactive replication slot that holds an xmin (nothing will ever move it on)."""
+    found: list[Alarm] = []
+    for holder in holders:
+        if holder.kind == "replication slot" and holder.state == "inactive":
+            found.append(
+                Alarm(
+                    "",
+                    HORIZON,
+                    f"{holder.describe()} holds the xmin horizon {holder.xid_age:,} transactions back and "
+                    "nothing uses it: VACUUM removes none of the queue's dead rows meanwhile (drop the slot "
+                    "if its standby is gone)",
+                )
+            )
+        elif max_age is not None and holder.age_seconds is not None and holder.age_seconds > max_age:
+            age = holder.age_seconds
+            found.append(
+                Alarm(
+                    "",
+                    HORIZON,
+                    f"{holder.describe()} has held the xmin horizon back for {format_age(age)} (open for "
+                    f"{int(age)}s, more than {max_age:g}s): VACUUM removes none of the queue's dead rows "
+                    "meanwhile and every dequeue reads more of them; end it"
+                    + (f" (pg_terminate_backend({holder.pid}))" if holder.kind == "session" else "")
+                    + " if it is stuck",
+                )
+            )
+    return found
+
+
 def current(using: str | None = None, samples: list[QueueSample] | None = None) -> list[Alarm]:
     """The alarms now, by the settings (the dashboard's)."""
     if samples is None:
         samples = QueueSample.live(using=using)
-    return alarms(
+    found = alarms(
         samples,
         live_workers(using),
         max_age=max_ready_age(),
         workers_required=require_workers(),
         paused=paused_queues(using),
     )
+    return found + horizon_alarms(horizon_holders(using), max_age=horizon_alarm())

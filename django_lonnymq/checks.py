@@ -283,8 +283,8 @@ def check_handler_timeout(app_configs: Any = None, **kwargs: Any) -> list[Error]
 
 @register(Tags.compatibility)
 def check_health(app_configs: Any = None, **kwargs: Any) -> list[Error]:
-    """E220: LONNYMQ_HEALTH_MAX_READY_AGE is None or a positive duration of at most 366 days;
-    LONNYMQ_HEALTH_REQUIRE_WORKERS is a bool."""
+    """E220: LONNYMQ_HEALTH_MAX_READY_AGE and LONNYMQ_HORIZON_ALARM are None or a positive
+    duration of at most 366 days; LONNYMQ_HEALTH_REQUIRE_WORKERS is a bool."""
     errors: list[Error] = []
     value = settings.HEALTH_MAX_READY_AGE
     if value is not None:
@@ -296,6 +296,19 @@ def check_health(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                     f"{MAX_INTERVAL}, got {value!r}.",
                     hint="Use a timedelta or seconds, e.g. timedelta(minutes=5) (the default); None: "
                     "the ready age is not judged. The default is used meanwhile.",
+                    id="lonnymq.E220",
+                )
+            )
+    horizon = settings.HORIZON_ALARM
+    if horizon is not None:
+        ms = _duration_ms(horizon)
+        if not 0 < ms <= to_ms(MAX_INTERVAL):
+            errors.append(
+                Error(
+                    f"LONNYMQ_HORIZON_ALARM must be None or a positive duration of at most "
+                    f"{MAX_INTERVAL}, got {horizon!r}.",
+                    hint="Use a timedelta or seconds, e.g. timedelta(minutes=5) (the default); None: "
+                    "a held snapshot is not judged. The default is used meanwhile.",
                     id="lonnymq.E220",
                 )
             )

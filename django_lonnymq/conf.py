@@ -106,6 +106,10 @@ DEFAULTS: dict[str, Any] = {
     # live worker serving their queue. The command's flags override both.
     "HEALTH_MAX_READY_AGE": timedelta(minutes=5),
     "HEALTH_REQUIRE_WORKERS": True,
+    # lonnymq_health and the dashboard warn when a session, a prepared transaction or a
+    # replication slot has held this database's xmin horizon back longer than this (None: not
+    # judged): meanwhile VACUUM removes none of the queue's dead rows (docs/admin.md, "Alarms").
+    "HORIZON_ALARM": timedelta(minutes=5),
     # Finished workflows (succeeded, cancelled, or failed with their dead steps purged) are
     # deleted with their steps and outputs this long after they finished, by the workers'
     # housekeeping (django_lonnymq.workflows.prune); None: never.

@@ -33,22 +33,46 @@ SELECT relname, n_live_tup, n_dead_tup,
  WHERE relname OPERATOR(pg_catalog.=) ANY (%(tables)s::name[]) AND schemaname OPERATOR(pg_catalog.=) pg_catalog.current_schema()
  ORDER BY relname
 
--- name: oldest_transaction
--- The session of this database whose snapshot holds back vacuum the longest (not this one),
--- or the oldest prepared transaction: (pid, who, state, age_s, query), at most one row.
-SELECT * FROM (
-    SELECT pid, COALESCE(NULLIF(application_name, ''), usename::text, '?') AS who, state,
-           pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() - xact_start)::float8 AS age_s,
-           pg_catalog.left(query, 200) AS query
-      FROM pg_catalog.pg_stat_activity
-     WHERE datname OPERATOR(pg_catalog.=) pg_catalog.current_database()
-       AND pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
-       AND backend_xmin IS NOT NULL AND xact_start IS NOT NULL
+-- name: horizon_holders
+-- What holds this database's xmin horizon back, the oldest horizon first, at most `limit`
+-- rows: while one holds it, VACUUM can remove no row version the queue deleted or updated
+-- after it, and every dequeue reads more of them (docs/performance.md, "A held snapshot").
+-- Sessions of this database (not this one) with a snapshot (backend_xmin) or a transaction
+-- id (backend_xid), WAL senders carrying a standby's snapshot (hot_standby_feedback; no
+-- database), prepared transactions, replication slots with an xmin. A logical slot's
+-- catalog_xmin holds back the system catalogs only, not the queue's tables: not listed.
+-- age_s: a session's transaction age (its snapshot is no older), a prepared transaction's
+-- age; NULL for a WAL sender or a slot (their xmin carries no time). xid_age: how many
+-- transactions back the horizon it holds is. Other roles' sessions show only to a role
+-- with pg_read_all_stats (docs/admin.md, "Alarms").
+SELECT kind, pid, usename, application_name, state, xact_start, query_start, age_s, xid_age, query, name
+  FROM (
+    SELECT CASE WHEN a.backend_type OPERATOR(pg_catalog.=) 'walsender' THEN 'wal sender' ELSE 'session' END AS kind,
+           a.pid, a.usename::text AS usename, a.application_name, a.state, a.xact_start, a.query_start,
+           pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() - a.xact_start)::float8 AS age_s,
+           GREATEST(pg_catalog.age(a.backend_xmin), pg_catalog.age(a.backend_xid)) AS xid_age,
+           pg_catalog.left(a.query, 200) AS query, NULL::text AS name
+      FROM pg_catalog.pg_stat_activity a
+     WHERE (a.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()
+            OR a.backend_type OPERATOR(pg_catalog.=) 'walsender')
+       AND a.backend_type OPERATOR(pg_catalog.<>) 'autovacuum worker'
+       AND a.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
+       AND (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL)
     UNION ALL
-    SELECT NULL, 'prepared transaction ' OPERATOR(pg_catalog.||) gid, 'prepared',
-           pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() - prepared)::float8, NULL
-      FROM pg_catalog.pg_prepared_xacts WHERE database OPERATOR(pg_catalog.=) pg_catalog.current_database()
-) x ORDER BY age_s DESC LIMIT 1
+    SELECT 'prepared transaction', NULL, p.owner::text, NULL, 'prepared', p.prepared, NULL,
+           pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() - p.prepared)::float8,
+           pg_catalog.age(p.transaction), NULL, p.gid
+      FROM pg_catalog.pg_prepared_xacts p
+     WHERE p.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
+    UNION ALL
+    SELECT 'replication slot', s.active_pid, NULL, NULL,
+           CASE WHEN s.active THEN 'active' ELSE 'inactive' END, NULL, NULL, NULL,
+           pg_catalog.age(s.xmin), NULL, s.slot_name::text
+      FROM pg_catalog.pg_replication_slots s
+     WHERE s.xmin IS NOT NULL
+  ) h
+ ORDER BY xid_age DESC NULLS LAST, age_s DESC NULLS LAST
+ LIMIT %(limit)s::integer
 
 -- name: expired_leases
 -- Leases that expired and were not recovered: (older than the grace, all, oldest in ms). The

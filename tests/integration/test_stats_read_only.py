@@ -17,7 +17,7 @@ PARAMS = {
     "estimated_rows": {"table": "lonnymq_message"},
     "live_workers": {"lost_after_s": 30.0},
     "table_health": {"tables": ["lonnymq_message"]},
-    "oldest_transaction": {},
+    "horizon_holders": {"limit": 5},
     "expired_leases": {"grace_ms": 1000},
     "queue_tenants": {"queue": "ro", "limit": 20, "cap": 100, "candidates": 1_000},
     "queue_health": {"cap": 100},

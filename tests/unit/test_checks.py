@@ -354,6 +354,10 @@ def test_e002_covers_the_grace_periods(name):
         ("LONNYMQ_HEALTH_MAX_READY_AGE", True),
         ("LONNYMQ_HEALTH_REQUIRE_WORKERS", "yes"),
         ("LONNYMQ_HEALTH_REQUIRE_WORKERS", None),
+        ("LONNYMQ_HORIZON_ALARM", 0),
+        ("LONNYMQ_HORIZON_ALARM", "5m"),
+        ("LONNYMQ_HORIZON_ALARM", timedelta(days=400)),
+        ("LONNYMQ_HORIZON_ALARM", False),
     ],
 )
 def test_e220_health_settings_out_of_bounds(name, value):
@@ -367,6 +371,10 @@ def test_e220_accepts_none_durations_and_bools():
     with override_settings(LONNYMQ_HEALTH_MAX_READY_AGE=None, LONNYMQ_HEALTH_REQUIRE_WORKERS=False):
         assert lonnymq_errors() == []
     with override_settings(LONNYMQ_HEALTH_MAX_READY_AGE=30, LONNYMQ_HEALTH_REQUIRE_WORKERS=True):
+        assert lonnymq_errors() == []
+    with override_settings(LONNYMQ_HORIZON_ALARM=None):
+        assert lonnymq_errors() == []
+    with override_settings(LONNYMQ_HORIZON_ALARM=0.5):
         assert lonnymq_errors() == []
 
 

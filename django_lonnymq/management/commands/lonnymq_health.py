@@ -5,9 +5,12 @@ Reports, for each database that holds queues (``LONNYMQ_DATABASE`` and every ali
 
 * dead tuples on the queue's tables (``pg_stat_user_tables.n_dead_tup``): the hot tables
   are rewritten on every release and ack; dead tuples that pile up make dequeue slower;
-* the oldest open transaction holding back vacuum in this database
-  (``pg_stat_activity.backend_xmin`` / ``xact_start``, and prepared transactions): while it
-  lasts, no dead tuple newer than its snapshot can be removed;
+* what holds this database's xmin horizon back (sessions with a snapshot or a transaction id,
+  ``pg_stat_activity.backend_xmin`` / ``backend_xid``; WAL senders; prepared transactions;
+  replication slots with an xmin), each named (pid, user, application, state, statement):
+  while one lasts, no dead tuple newer than its horizon can be removed, and every dequeue
+  reads more of them. One older than ``--max-xact-age`` (``LONNYMQ_HORIZON_ALARM``, 5
+  minutes) fails, and so does an inactive slot that holds an xmin;
 * leases that expired more than ``--lease-grace`` ago and were not recovered (no worker is
   reaping: all workers are down or stuck);
 * the scheduler's own invariant check (``django_lonnymq.api.check()``): in-flight counters
@@ -75,8 +78,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--max-xact-age",
             type=_seconds,
-            default=300.0,
-            help="Oldest open transaction allowed in this database, in seconds (default 300).",
+            default=None,
+            help="Longest a session, a prepared transaction or a replication slot may hold the xmin "
+            "horizon of this database back, in seconds (default LONNYMQ_HORIZON_ALARM, 300).",
         )
         parser.add_argument(
             "--lease-grace",
@@ -161,18 +165,22 @@ class Command(BaseCommand):
                     "vacuum cannot keep up or an old transaction holds it back"
                 )
 
-        found = db.rows("oldest_transaction", using=alias)
-        row = found[0] if found else None
+        # What holds the xmin horizon back: VACUUM removes no newer dead row meanwhile.
+        holders = alarms.horizon_holders(alias)
+        report["horizon"] = [holder.as_dict() for holder in holders]
+        dated = sorted((h for h in holders if h.age_seconds is not None), key=lambda h: -(h.age_seconds or 0))
         oldest = None
-        if row is not None:
-            pid, who, state, age, query = row
-            oldest = {"pid": pid, "who": who, "state": state, "age_s": round(age, 1), "query": query}
-            if age > options["max_xact_age"]:
-                problems.append(
-                    f"a transaction has been open for {age:.0f}s (more than {options['max_xact_age']:g}s): "
-                    f"pid {pid} ({who}, {state}); vacuum cannot remove newer dead tuples meanwhile"
-                )
+        if dated:
+            first = dated[0]
+            oldest = {"pid": first.pid, "who": first.application_name or first.user or first.name or "?",
+                      "state": first.state, "age_s": round(first.age_seconds or 0, 1), "query": first.query}  # fmt: skip
         report["oldest_transaction"] = oldest
+        limit = options["max_xact_age"]
+        if limit is None:
+            limit = alarms.horizon_alarm()
+        held = alarms.horizon_alarms(holders, max_age=limit)
+        report["horizon_alarms"] = [alarm.__dict__ for alarm in held]
+        problems.extend(alarm.text for alarm in held)
 
         grace_ms = int(options["lease_grace"] * 1000)
         stale, expired, worst_ms = db.rows("expired_leases", {"grace_ms": grace_ms}, using=alias)[0]
@@ -263,6 +271,9 @@ class Command(BaseCommand):
                 f"oldest open transaction: {oldest['age_s']:g}s, pid {oldest['pid']} ({oldest['who']}, "
                 f"{oldest['state']})"
             )
+        for holder in report["horizon"]:
+            age = "age unknown" if holder["age_seconds"] is None else f"{holder['age_seconds']:.1f}s"
+            out(f"horizon held by {holder['description']}: {age}, {holder['xid_age']} transactions back")
         leases = report["expired_leases"]
         out(
             f"expired leases: {leases['all']} ({leases['older_than_grace']} older than "
