@@ -49,6 +49,9 @@ SHORT_FETCH_WAIT = 0.005
 # ``concurrency``) for a free handler thread before the worker gives it back, ready at once for
 # any worker with a free thread (and held back by a queue paused meanwhile). Seconds.
 BUFFER_HOLD = 1.0
+# After the buffer gave a message back, the worker fetches only for its idle threads for this
+# long (seconds): handlers too slow for the buffer do not lease and give back every second.
+BUFFER_PAUSE = 10.0
 
 
 class Worker(StopOnSignal):
@@ -100,6 +103,8 @@ class Worker(StopOnSignal):
         # Non-zero when the worker stops because it cannot go on (a handler thread died):
         # the command exits with it, so a supervisor restarts the worker.
         self.exit_code = 0
+        # Until then (monotonic), fetch only for idle threads: the buffer gave a message back.
+        self._buffer_paused_until = 0.0
         self._stopping = threading.Event()
         self._forced = threading.Event()
 
@@ -236,6 +241,8 @@ class Worker(StopOnSignal):
                 # running ones), which gives back what waits longer than BUFFER_HOLD.
                 free = self.capacity - held.count()
                 wanted = held.count() < self.concurrency
+                if time.monotonic() < self._buffer_paused_until:
+                    free = self.concurrency - held.count()
                 got = fetcher.fetch(min(free, self.batch_size, self._quota_left())) if wanted else 0
                 # Housekeeping after the fetch: a message that woke us starts before it.
                 self._maintain()
@@ -267,6 +274,7 @@ class Worker(StopOnSignal):
             return
         stale = self.held.take_stale(time.monotonic() - BUFFER_HOLD)
         if stale:
+            self._buffer_paused_until = time.monotonic() + BUFFER_PAUSE
             self.completion.release(stale)
             logger.debug(
                 "gave back %d message(s) that waited %.1fs for a free thread", len(stale), BUFFER_HOLD

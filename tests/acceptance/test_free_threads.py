@@ -106,3 +106,6 @@ def test_a_paused_queue_stops_starting_buffered_messages_within_the_hold(spawn, 
     api.resume_queue(QUEUE)
     wait_until(lambda: not db.messages(QUEUE), 30, "the queue to drain after the resume", worker)
     assert worker.stop(sig=15) == 0, describe(worker)
+    # After a give-back the worker fetches only for its idle threads (BUFFER_PAUSE): handlers
+    # too slow for its buffer are not leased and given back again every second.
+    assert worker.stats()["released"] < 20, describe(worker)
