@@ -18,6 +18,9 @@ import pytest
 
 from tests import dbserver
 
+# django_independent: tests/dbserver.py and a PostgreSQL cluster, no Django (CONTRIBUTING.md)
+pytestmark = pytest.mark.django_independent
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
