@@ -2,8 +2,12 @@
 
 1. ``DATABASE_URL`` when set (CI sets it to the local server);
 2. otherwise a testcontainers PostgreSQL when a Docker engine answers;
-3. otherwise a throwaway cluster started from local PostgreSQL binaries (initdb/pg_ctl);
+3. otherwise a throwaway cluster started from local PostgreSQL binaries (initdb/pg_ctl), with
+   the settings of a server whose data nobody keeps (TEST_SERVER_SETTINGS: no fsync, no
+   synchronous commit, no full-page writes);
 4. otherwise a clear error saying how to point the tests at a server.
+
+A server named by ``DATABASE_URL`` is used as it is: its settings are never changed.
 """
 
 from __future__ import annotations
@@ -136,8 +140,17 @@ def _remove_cluster(pg_ctl: str, prefix: list[str], datadir: str) -> None:
         os.remove(datadir + OWNER_SUFFIX)
 
 
+# The throwaway cluster's data dies with the run, so it need not survive a crash of the machine:
+# no fsync (nothing waits for the disk), no synchronous commit (a commit does not wait for its WAL
+# to be flushed) and no full-page writes (less WAL). A test that needs a setting of its own sets
+# it on its connection (the worker's synchronous_commit is set per connection, for one). A
+# crash of the server process alone loses nothing either way: the chaos test's restart is a
+# clean one (pg_ctl restart -m fast).
+TEST_SERVER_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+
+
 def _from_local_binaries() -> str | None:
-    cluster = start_cluster()
+    cluster = start_cluster(TEST_SERVER_SETTINGS)
     if cluster is None:
         return None
     atexit.register(cluster.stop)

@@ -22,7 +22,8 @@ import pytest
 from . import sqlcalls as q
 
 # Soaks of LONNYMQ_DEADLOCK_SECONDS each: make test runs them, make test-fast leaves them out.
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+# django_independent: SQL through psycopg only; Django only makes the test database (CONTRIBUTING.md)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.django_independent]
 
 QUEUE = "dl"
 CHANNELS = [f"tenant-{i:02d}" for i in range(50)]

@@ -28,7 +28,8 @@ import pytest
 
 from . import sqlcalls as q
 
-pytestmark = [pytest.mark.django_db(transaction=True)]
+# django_independent: SQL through psycopg only; Django only makes the test database (CONTRIBUTING.md)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.django_independent]
 
 QUEUE = "stress"
 HOT = "hot"

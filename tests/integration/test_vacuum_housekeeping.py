@@ -19,6 +19,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 QUEUE = "t_vacuum"
 CHANNELS = 300
+TABLES = ("lonnymq_channel", "lonnymq_wake")
 
 
 @pytest.fixture
@@ -26,6 +27,12 @@ def vacuum_queue():
     handler(QUEUE)(lambda message: None)
     yield QUEUE
     unregister(QUEUE)
+
+
+def dead_row_versions(table: str) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_get_dead_tuples(%s::regclass)", [table])
+        return int(cursor.fetchone()[0])
 
 
 def channel_table() -> tuple[int, int]:
@@ -39,17 +46,35 @@ def channel_table() -> tuple[int, int]:
     return int(dead), int(vacuums)
 
 
+def drain_reported() -> bool:
+    """Whether every connection of the drain is gone (a backend reports what it has not yet
+    reported of its statistics as it exits)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+        )
+        return cursor.fetchone()[0] == 0
+
+
 def churn(queue: str) -> int:
     """One message into each of CHANNELS channels, drained without housekeeping: each
-    release rewrites a channel row. Waits until the statistics show the dead versions (the
-    draining connection reports them as it closes); returns how many."""
+    release rewrites a channel row, and each wake-up mark the enqueue left is deleted.
+    Waits until the statistics show the dead versions of both tables: the drain's
+    connections report them as they exit, not all at once, and a worker that looked while
+    the channel table's counts were in and the wake-up marks' not yet would find one table
+    to vacuum, not two. Returns the channel table's dead versions."""
     enqueue_many(queue, [Item({"i": i}, channel=f"c{i}") for i in range(CHANNELS)])
     assert testing.drain(queue).acked == CHANNELS
     deadline = time.monotonic() + 20
-    while (dead := channel_table()[0]) < CHANNELS and time.monotonic() < deadline:
+    while time.monotonic() < deadline and not (
+        drain_reported() and all(dead_row_versions(table) >= CHANNELS for table in TABLES)
+    ):
         time.sleep(0.05)
-    assert dead >= CHANNELS
-    return dead
+    assert drain_reported()
+    for table in TABLES:
+        assert dead_row_versions(table) >= CHANNELS, table
+    return dead_row_versions("lonnymq_channel")
 
 
 def run_burst(queue: str) -> Worker:

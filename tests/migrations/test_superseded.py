@@ -21,6 +21,9 @@ import pytest
 
 from django_lonnymq import sql
 
+# django_independent: reads the SQL files only (CONTRIBUTING.md)
+pytestmark = pytest.mark.django_independent
+
 LIVE = sql.functions(sql.read(sql.SCHEMA_FILE))
 SUPERSEDED = sql.functions(sql.read(sql.SUPERSEDED_FILE))
 EXAMPLE = (

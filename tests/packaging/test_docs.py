@@ -8,6 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# django_independent: mkdocs builds the site from the source files without importing them (CONTRIBUTING.md)
+pytestmark = pytest.mark.django_independent
+
 ROOT = Path(__file__).resolve().parents[2]
 MKDOCS = Path(sys.executable).parent / "mkdocs"
 

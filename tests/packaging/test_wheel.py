@@ -173,6 +173,7 @@ def scratch_database(dsn: str) -> Iterator[dict[str, str]]:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.mark.django_independent  # what the archives hold; installing and running them is the next test
 def test_the_wheel_holds_the_sql_templates_typing_marker_and_license(built: dict[str, Path]) -> None:
     with zipfile.ZipFile(built["wheel"]) as wheel:
         names = set(wheel.namelist())

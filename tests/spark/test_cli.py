@@ -29,6 +29,7 @@ def run_python(code: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.django_independent  # imports without Django, on purpose
 @pytest.mark.parametrize(
     "module", ["django_lonnymq.spark", "django_lonnymq.spark.writer", "django_lonnymq.sql"]
 )
@@ -41,6 +42,7 @@ def test_the_executor_side_imports_no_django(module: str) -> None:
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.django_independent  # imports without Django, on purpose
 def test_the_enqueue_many_query_is_read_without_django() -> None:
     done = run_python(
         "import sys; from django_lonnymq.sql import query; "
@@ -49,6 +51,7 @@ def test_the_enqueue_many_query_is_read_without_django() -> None:
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.django_independent  # the spark CLI imports no Django
 @pytest.mark.parametrize(
     ("path", "fmt"),
     [
@@ -64,6 +67,7 @@ def test_the_input_format_comes_from_the_extension(path: str, fmt: str) -> None:
     assert input_format(path) == fmt
 
 
+@pytest.mark.django_independent  # the spark CLI imports no Django
 def test_an_unknown_extension_asks_for_format() -> None:
     with pytest.raises(ExportError, match=r"cannot tell the format of 'data.txt'.*pass --format"):
         input_format("data.txt")
@@ -85,6 +89,7 @@ def test_the_dsn_comes_from_the_django_database_settings() -> None:
     assert dsn == "dbname=jobs user=app password=pw host=db port=6543 sslmode=require"
 
 
+@pytest.mark.django_independent  # Spark alone
 def test_the_demo_data_set_is_skewed(spark: Any, tmp_path: Path) -> None:
     path = str(tmp_path / "uploads.parquet")
 
@@ -160,6 +165,7 @@ def test_the_management_command_reports_bad_input_as_a_command_error(tmp_path: P
         )
 
 
+@pytest.mark.django_independent  # the spark-submit script runs without Django
 @pytest.mark.slow  # starts its own JVM
 @pytest.mark.django_db(transaction=True)
 def test_the_spark_submit_script_runs_on_its_own(dsn: str, tmp_path: Path) -> None:
@@ -216,6 +222,7 @@ def test_the_spark_submit_script_runs_on_its_own(dsn: str, tmp_path: Path) -> No
     assert "hunter2-pw" not in refused.stderr + refused.stdout
 
 
+@pytest.mark.django_independent  # the spark-submit script runs without Django
 def test_the_spark_submit_script_needs_a_database(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     done = subprocess.run(

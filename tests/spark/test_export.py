@@ -16,7 +16,9 @@ from django_lonnymq.spark import ExportError, ExportProgress, ExportResult, expo
 from django_lonnymq.spark.writer import Fault
 from tests.spark.helpers import messages, refused_dsn
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# django_independent: Spark and the writer import no Django (test_cli.py proves it); Django only makes
+# the test database and enqueue_many seeds it (CONTRIBUTING.md)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.django_independent]
 
 QUEUE = "reports"
 

@@ -26,7 +26,9 @@ from django_lonnymq.spark.writer import (
 from django_lonnymq.sql import binary_arrays, query
 from tests.spark.helpers import messages, refused_dsn
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# django_independent: the writer imports no Django (test_cli.py proves it); Django only makes the test
+# database and enqueue_many seeds it (CONTRIBUTING.md)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.django_independent]
 
 QUEUE = "writer"
 COLUMNS = Columns(channel="tenant", payload="payload", dedup="file_id")

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from bench import soak
+
+# django_independent: bench.soak's arithmetic, no Django (CONTRIBUTING.md)
+pytestmark = pytest.mark.django_independent
 
 
 def _samples(index_kb: Any, dead: Any = lambda t: 2000, p50: Any = lambda t: 0.8) -> list[dict[str, Any]]:

@@ -1,6 +1,6 @@
-"""The throwaway cluster of a run without DATABASE_URL (tests/dbserver.py) does not outlive its
-run: a run killed outright cannot stop its own at exit, so the next run that starts one stops
-and removes it."""
+"""The throwaway cluster of a run without DATABASE_URL (tests/dbserver.py) runs with a test
+server's settings, and does not outlive its run: a run killed outright cannot stop its own at
+exit, so the next run that starts one stops and removes it."""
 
 from __future__ import annotations
 
@@ -17,6 +17,9 @@ import psycopg
 import pytest
 
 from tests import dbserver
+
+# django_independent: tests/dbserver.py and a PostgreSQL cluster, no Django (CONTRIBUTING.md)
+pytestmark = pytest.mark.django_independent
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,6 +48,8 @@ def test_a_cluster_whose_run_was_killed_is_stopped_and_removed_by_the_next_run()
         url, datadir = line
         with psycopg.connect(url.replace("/lonnymq", "/postgres"), connect_timeout=5) as conn:
             assert conn.execute("SELECT 1").fetchone() == (1,)
+            for name, value in dbserver.TEST_SERVER_SETTINGS.items():
+                assert conn.execute(f"SHOW {name}").fetchone() == (value,), name
         assert Path(datadir + dbserver.OWNER_SUFFIX).read_text() == str(started.pid)
     finally:
         started.send_signal(signal.SIGKILL)  # no atexit: the cluster stays behind
