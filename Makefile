@@ -12,22 +12,28 @@ PYTHON_DJANGO6 ?= $(shell for candidate in python3.12 python3.13 \
 	$$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.1[2-9]*/bin/python3 2>/dev/null | sort -V); do \
 	"$$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null \
 	&& { command -v "$$candidate"; break; }; done)
-CHROMIUM := command -v chromium >/dev/null || command -v /usr/bin/chromium >/dev/null || \
-	(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+# chromium drives the admin's browser tests and `make screenshots`, nothing else: the test
+# targets install it (Debian's package, where we are root with apt-get) and otherwise stop,
+# saying how to install it. `make demo` and `make install` never need it.
+CHROMIUM := command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+	{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq && \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+	{ echo "make: the tests need chromium (the admin's browser tests). Install it: \
+	'sudo apt-get install chromium' on Debian/Ubuntu, 'brew install --cask chromium' on macOS, \
+	or put a chromium on PATH; 'make demo' needs none." >&2; exit 1; }
 # plpgsql_check (tests/migrations/test_plpgsql_check.py) beside each local PostgreSQL server:
 # Debian's postgresql-<major>-plpgsql-check, where we are root with apt-get. Elsewhere make
 # goes on and that test fails, saying what to install on the server that runs the tests.
+# A test dependency like chromium: only the test targets run it (`test-deps`).
 PLPGSQL_CHECK := ls /usr/share/postgresql/*/extension/plpgsql_check.control >/dev/null 2>&1 || \
 	{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && [ -d /usr/lib/postgresql ] && \
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	$$(ls /usr/lib/postgresql | sed 's/.*/postgresql-&-plpgsql-check/') >/dev/null; } || \
 	echo "make: plpgsql_check is not installed (root and apt-get needed); tests/migrations/test_plpgsql_check.py will fail" >&2
 
-.PHONY: install test test-django52 test-django6 test-fast demo bench bench-compare lint dist docs screenshots clean
+.PHONY: install test-deps test test-django52 test-django6 test-fast demo bench bench-compare lint dist docs screenshots clean
 
 $(STAMP): pyproject.toml
-	$(CHROMIUM)
-	$(PLPGSQL_CHECK)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet --upgrade -e . --group dev "Django>=5.2,<6"
@@ -37,14 +43,17 @@ $(STAMP6): pyproject.toml
 	@test -n "$(PYTHON_DJANGO6)" || { echo "make: the Django 6 suite needs Python 3.12 or later, and none was found \
 	(python3.12, python3.13, a pyenv 3.12+ install). Install one or set PYTHON_DJANGO6=/path/to/python3.12; \
 	'make test-django52' runs the Django 5.2 suite alone." >&2; exit 1; }
-	$(CHROMIUM)
-	$(PLPGSQL_CHECK)
 	$(PYTHON_DJANGO6) -m venv $(VENV6)
 	$(VENV6)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV6)/bin/python -m pip install --quiet --upgrade -e . --group dev "Django>=6.0,<7"
 	touch $(STAMP6)
 
 install: $(STAMP)
+
+## make test-deps: what only the tests need, beside the venv: chromium and plpgsql_check.
+test-deps:
+	@$(CHROMIUM)
+	@$(PLPGSQL_CHECK)
 
 ## make test: install everything, then run the whole suite against real PostgreSQL twice:
 ## on Django 5.2 (.venv) and on the newest Django 6.x (.venv-django6, Python 3.12+). Both
@@ -55,14 +64,14 @@ test:
 	$(MAKE) --no-print-directory test-django6 || status=1; \
 	exit $$status
 
-test-django52: $(STAMP)
+test-django52: $(STAMP) test-deps
 	$(PY) -c 'import django; print("Django", django.get_version())'
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 ## make test-django6 leaves out the tests marked django_independent (their outcome cannot depend
 ## on the Django version: CONTRIBUTING.md says which and why); make test-django52 runs them, so
 ## make test runs every test at least once.
-test-django6: $(STAMP6)
+test-django6: $(STAMP6) test-deps
 	$(VENV6)/bin/python -c 'import django; print("Django", django.get_version())'
 	$(VENV6)/bin/python -m pytest -m "not django_independent" $(PYTEST_ARGS)
 
@@ -100,7 +109,7 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 ## make screenshots: the admin and dashboard images of docs/images/ (headless chromium).
-screenshots: $(STAMP)
+screenshots: $(STAMP) test-deps
 	$(PY) docs/screenshots.py
 
 clean:

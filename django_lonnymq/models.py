@@ -11,6 +11,7 @@ from __future__ import annotations
 from django.contrib.postgres.fields import ArrayField
 from django.db import models, router, transaction
 from django.db.models import F, Q
+from django.db.models.signals import pre_save
 from django.utils import timezone
 
 from . import db
@@ -806,8 +807,13 @@ class Schedule(models.Model):
     """A periodic schedule: declared in code with ``@periodic`` or added in the admin.
 
     Workers serving ``queue`` enqueue each tick once (``next_tick_at``, ms since the epoch).
-    Write timing changes through the admin or :mod:`django_lonnymq.schedules`, which compute
-    the next tick; an ORM update of the timing alone leaves the old next tick in place.
+    A row inserted through the ORM (``objects.create()``, ``save()``, a fixture, a data
+    migration's historical model) without a next tick gets its first tick from now at save time,
+    and a timing that cannot be computed is refused then with :class:`InvalidArgument`.
+    ``bulk_create()`` and raw SQL bypass that: give them ``next_tick_at``
+    (:func:`django_lonnymq.schedules.first_tick`). Write timing changes through the admin or
+    :mod:`django_lonnymq.schedules`, which compute the next tick; an ORM update of the timing
+    alone leaves the old next tick in place.
     """
 
     id = models.BigAutoField(primary_key=True)
@@ -883,6 +889,27 @@ class Schedule(models.Model):
 # ---------------------------------------------------------------------------------------
 # Workflows (0027): see django_lonnymq.workflows and docs/workflows.md
 # ---------------------------------------------------------------------------------------
+
+
+def _first_tick_on_insert(sender: type[models.Model], instance: models.Model, **kwargs: object) -> None:
+    """A schedule inserted through the ORM without a next tick ticks first at its first tick
+    from now (or is refused at save time when its timing cannot be computed), never sits
+    silently untimed. Connected for every sender, so a data migration's historical
+    ``Schedule`` (and a fixture's raw save) are timed too."""
+    if sender._meta.label != "django_lonnymq.Schedule" or not instance._state.adding:
+        return
+    if not getattr(instance, "enabled", False) or getattr(instance, "next_tick_at", 0) is not None:
+        return
+    from .schedules import first_tick  # imported here: schedules needs the settings loaded
+
+    instance.next_tick_at = first_tick(  # type: ignore[attr-defined]
+        instance.cron,  # type: ignore[attr-defined]
+        instance.every_ms,  # type: ignore[attr-defined]
+        instance.timezone,  # type: ignore[attr-defined]
+    )
+
+
+pre_save.connect(_first_tick_on_insert, dispatch_uid="django_lonnymq.schedule_first_tick")
 
 
 class WorkflowRecord(models.Model):
