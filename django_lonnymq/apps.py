@@ -13,6 +13,7 @@ class LonnyMQConfig(AppConfig):
 
     def ready(self) -> None:
         from django.core.signals import setting_changed
+        from django.db.models.signals import pre_save
 
         from . import (
             checks,  # noqa: F401  (registers the checks)
@@ -23,6 +24,8 @@ class LonnyMQConfig(AppConfig):
         from .worker import duties
 
         duties.register("schedules", schedules.worker_duty)
+        # A schedule created with the ORM (a shell, a fixture, a data migration) gets its first tick.
+        pre_save.connect(schedules.first_tick_on_insert, dispatch_uid="django_lonnymq.schedule_first_tick")
 
         if settings.EAGER:
             eager.watch_block_exits()

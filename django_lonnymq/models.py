@@ -11,7 +11,6 @@ from __future__ import annotations
 from django.contrib.postgres.fields import ArrayField
 from django.db import models, router, transaction
 from django.db.models import F, Q
-from django.db.models.signals import pre_save
 from django.utils import timezone
 
 from . import db
@@ -889,27 +888,6 @@ class Schedule(models.Model):
 # ---------------------------------------------------------------------------------------
 # Workflows (0027): see django_lonnymq.workflows and docs/workflows.md
 # ---------------------------------------------------------------------------------------
-
-
-def _first_tick_on_insert(sender: type[models.Model], instance: models.Model, **kwargs: object) -> None:
-    """A schedule inserted through the ORM without a next tick ticks first at its first tick
-    from now (or is refused at save time when its timing cannot be computed), never sits
-    silently untimed. Connected for every sender, so a data migration's historical
-    ``Schedule`` (and a fixture's raw save) are timed too."""
-    if sender._meta.label != "django_lonnymq.Schedule" or not instance._state.adding:
-        return
-    if not getattr(instance, "enabled", False) or getattr(instance, "next_tick_at", 0) is not None:
-        return
-    from .schedules import first_tick  # imported here: schedules needs the settings loaded
-
-    instance.next_tick_at = first_tick(  # type: ignore[attr-defined]
-        instance.cron,  # type: ignore[attr-defined]
-        instance.every_ms,  # type: ignore[attr-defined]
-        instance.timezone,  # type: ignore[attr-defined]
-    )
-
-
-pre_save.connect(_first_tick_on_insert, dispatch_uid="django_lonnymq.schedule_first_tick")
 
 
 class WorkflowRecord(models.Model):

@@ -581,6 +581,18 @@ def first_tick(cron: str | None, every_ms: int | None, timezone: str, now_ms: in
     return Timing(cron, every_ms, timezone).next_after(arguments.now_ms() if now_ms is None else now_ms)
 
 
+def first_tick_on_insert(sender: type[Any], instance: Any, **kwargs: object) -> None:
+    """``pre_save``: a schedule inserted through the ORM without a next tick ticks first at its
+    first tick from now (or is refused at save time when its timing cannot be computed), never
+    sits silently untimed. Connected for every sender by the app's ``ready()``, so a data
+    migration's historical ``Schedule`` (and a fixture's raw save) are timed too."""
+    if sender._meta.label != "django_lonnymq.Schedule" or not instance._state.adding:
+        return
+    if not getattr(instance, "enabled", False) or getattr(instance, "next_tick_at", 0) is not None:
+        return
+    instance.next_tick_at = first_tick(instance.cron, instance.every_ms, instance.timezone)
+
+
 def worker_duty(queues: Sequence[str], poll_interval: float, using: str) -> Ticker:
     """Each worker's schedule ticks (registered with :mod:`django_lonnymq.worker.duties` by the
     app's ``ready()``): the schedules of its queues, synced at its first maintenance step."""
