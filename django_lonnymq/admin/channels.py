@@ -24,6 +24,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
+from django.utils.translation import ngettext
 
 from .. import api, bounds, db
 from ..conf import settings
@@ -449,11 +450,12 @@ class ChannelAdmin(NoBulkDelete, DatabaseAdmin):
             purged = 0
             for channel in channels:
                 n = api.purge_channel(channel.pk, using=using)
-                self.log_change(request, channel, f"Purged {n} waiting messages")
+                self.log_change(request, channel, f"Purged {n} waiting {ngettext('message', 'messages', n)}")
                 purged += n
             self.message_user(
                 request,
-                f"Purged {purged:,} waiting messages from {len(channels)} channels.",
+                f"Purged {purged:,} waiting {ngettext('message', 'messages', purged)} from {len(channels)} "
+                f"{ngettext('channel', 'channels', len(channels))}.",
                 messages.SUCCESS,
             )
             return None

@@ -8,6 +8,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.translation import ngettext
 
 from .. import api
 from ..models import Channel, DeadMessage
@@ -93,8 +94,18 @@ class DeadMessageAdmin(ReadOnlyQueueAdmin):
         requeued = run_in_batches(
             queryset, lambda ids: api.requeue_dead(ids, reset_attempts=reset, using=using)
         )
-        how = "with their attempts reset" if reset else "keeping their attempts (one more try each)"
-        self.message_user(request, f"Requeued {requeued:,} dead messages, {how}.", messages.SUCCESS)
+        how = (
+            ngettext("with its attempts reset", "with their attempts reset", requeued)
+            if reset
+            else ngettext(
+                "keeping its attempts (one more try)", "keeping their attempts (one more try each)", requeued
+            )
+        )
+        self.message_user(
+            request,
+            f"Requeued {requeued:,} {ngettext('dead message', 'dead messages', requeued)}, {how}.",
+            messages.SUCCESS,
+        )
 
     @admin.action(description="Requeue (reset attempts)", permissions=["change"])
     def requeue(self, request: HttpRequest, queryset: QuerySet[DeadMessage]) -> None:
@@ -112,4 +123,8 @@ class DeadMessageAdmin(ReadOnlyQueueAdmin):
             return api.purge_dead(ids, using=using)
 
         purged = run_in_batches(queryset, purge_ids)
-        self.message_user(request, f"Purged {purged:,} dead messages.", messages.SUCCESS)
+        self.message_user(
+            request,
+            f"Purged {purged:,} {ngettext('dead message', 'dead messages', purged)}.",
+            messages.SUCCESS,
+        )

@@ -16,6 +16,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllow
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import ngettext
 
 from .. import workflows
 from ..models import WorkflowRecord
@@ -208,7 +209,9 @@ class WorkflowAdmin(ReadOnlyQueueAdmin):
         requeued = workflows.requeue_failed_steps(obj.pk, using=router.db_for_write(WorkflowRecord))
         if requeued:
             self.message_user(
-                request, f"Requeued {len(requeued):,} failed steps of workflow {obj.pk}.", messages.SUCCESS
+                request,
+                f"Requeued {len(requeued):,} {ngettext('failed step', 'failed steps', len(requeued))} of workflow {obj.pk}.",
+                messages.SUCCESS,
             )
         else:
             self.message_user(request, f"Workflow {obj.pk} has no failed step to requeue.", messages.WARNING)
@@ -275,4 +278,8 @@ class WorkflowAdmin(ReadOnlyQueueAdmin):
         # A cancelled workflow's dead steps stay dead (requeue_failed_steps refuses them).
         ids = list(queryset.exclude(state="cancelled").values_list("id", flat=True)[:1000])
         requeued = sum(len(workflows.requeue_failed_steps(i, using=using)) for i in ids)
-        self.message_user(request, f"Requeued {requeued:,} failed steps.", messages.SUCCESS)
+        self.message_user(
+            request,
+            f"Requeued {requeued:,} {ngettext('failed step', 'failed steps', requeued)}.",
+            messages.SUCCESS,
+        )

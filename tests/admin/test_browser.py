@@ -108,7 +108,7 @@ def test_ops_change_a_limit_requeue_and_see_the_dashboard(live_server, browser) 
     page.select_option("select[name='action']", "requeue")
     page.click("button[name='index']")
     page.wait_for_selector("ul.messagelist li.success")
-    assert "Requeued 1 dead messages" in page.locator("ul.messagelist").inner_text()
+    assert "Requeued 1 dead message, with its attempts reset" in page.locator("ul.messagelist").inner_text()
     assert not DeadMessage.objects.filter(pk=dead_id).exists()
     assert Message.objects.get(pk=dead_id).attempts == 0
 

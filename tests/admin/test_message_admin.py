@@ -170,7 +170,7 @@ def test_dead_list_shows_error_attempts_reason(admin_client: Client) -> None:
 def test_requeue_resets_attempts(admin_client: Client) -> None:
     dead_id = make_dead()
     response = admin_client.post(DEAD, {"action": "requeue", ACTION_CHECKBOX_NAME: [dead_id]}, follow=True)
-    assert "Requeued 1 dead messages" in response.content.decode()
+    assert "Requeued 1 dead message," in response.content.decode()
     assert not DeadMessage.objects.filter(pk=dead_id).exists()
     message = Message.objects.get(pk=dead_id)
     assert (message.state, message.attempts) == ("ready", 0)

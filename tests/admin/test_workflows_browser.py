@@ -90,7 +90,7 @@ def test_an_operator_sees_a_workflow_graph_and_requeues_and_cancels(  # type: ig
     page.select_option("select[name='action']", "requeue_failed")
     page.click("button[name='index']")
     page.wait_for_selector("ul.messagelist li.success")
-    assert "Requeued 1 failed steps" in page.locator("ul.messagelist").inner_text()
+    assert "Requeued 1 failed step." in page.locator("ul.messagelist").inner_text()
     assert api.workflow(failed_id).state == "running"
 
     page.goto(listing)
@@ -151,7 +151,7 @@ def test_the_workflows_own_page_has_cancel_and_requeue_buttons(  # type: ignore[
     page.click("#lq-workflow-requeue")
     page.wait_for_selector("ul.messagelist li.success")
     assert page.url == detail
-    assert f"Requeued 1 failed steps of workflow {workflow_id}." in page.locator("ul.messagelist").inner_text()
+    assert f"Requeued 1 failed step of workflow {workflow_id}." in page.locator("ul.messagelist").inner_text()
     assert api.workflow(workflow_id).state == "running"
     assert page.locator("#lq-workflow-graph .lq-step-queued").count() == 1
     assert page.locator("#lq-workflow-requeue").count() == 0  # nothing dead now
