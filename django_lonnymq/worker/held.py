@@ -7,6 +7,7 @@ and observers read snapshots. Every access goes through this object and its one 
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import Counter
@@ -21,8 +22,8 @@ class Held:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._messages: dict[int, Message] = {}
-        self._started: set[int] = set()
-        # When each message not started yet was leased (monotonic): the buffer's age.
+        # The messages not started yet (the local buffer), with when each was leased
+        # (monotonic); the others held are running or finished and not recorded yet.
         self._leased_at: dict[int, float] = {}
 
     def add(self, messages: Iterable[Message]) -> None:
@@ -37,7 +38,6 @@ class Held:
         with self._lock:
             if message.id not in self._messages:
                 return False
-            self._started.add(message.id)
             self._leased_at.pop(message.id, None)
             return True
 
@@ -46,17 +46,11 @@ class Held:
         with self._lock:
             for message_id in ids:
                 self._messages.pop(message_id, None)
-                self._started.discard(message_id)
                 self._leased_at.pop(message_id, None)
 
     def take_waiting(self) -> list[Message]:
         """Drop and return the messages whose handler never started (to release them)."""
-        with self._lock:
-            waiting = [m for i, m in self._messages.items() if i not in self._started]
-            for message in waiting:
-                del self._messages[message.id]
-            self._leased_at.clear()
-        return waiting
+        return self.take_stale(math.inf)
 
     def take_stale(self, leased_before: float) -> list[Message]:
         """Drop and return the messages leased before ``leased_before`` (monotonic) whose
