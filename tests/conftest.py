@@ -214,6 +214,40 @@ def start_worker(transactional_db: None) -> Iterator[Callable[..., subprocess.Po
 SLOW_FIXTURES = ("start_worker", "spark")  # run_queue_worker processes; Spark jobs in a JVM
 
 
+# Under pytest-xdist (-n) every process has a test database of its own (pytest-django names it
+# test_<name>_gw0, _gw1, ...) but they share the server: a test marked alone acts on the whole
+# server (a restart, its shared lock table) and would break the others' tests, so it fails there
+# and runs in a pytest of its own, as the Makefile's targets do after the parallel run.
+ALONE = (
+    "this test acts on the whole server (marked alone): run it without -n, in a pytest of its own "
+    "(make test does, after the parallel run: CONTRIBUTING.md)"
+)
+
+
+@pytest.fixture(autouse=True)
+def _alone_outside_xdist(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("alone") and os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.fail(ALONE, pytrace=False)
+
+
+def _utf8(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A test's captured output and failure text can hold a lone surrogate (the stored-size
+    tests log one on purpose); pytest-xdist sends a report as UTF-8 and would crash its process
+    on one, so it is escaped as backslashes, as the stored text escapes it."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    report.sections = [(title, _utf8(text)) for title, text in report.sections]
+    if report.longrepr is not None:
+        text = str(report.longrepr)
+        if _utf8(text) != text:
+            report.longrepr = _utf8(text)
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
@@ -223,3 +257,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             or item.path.parent.name == "packaging"  # builds the wheel into a fresh venv, the docs site
         ):
             item.add_marker(pytest.mark.slow)
+        if "spark" in getattr(item, "fixturenames", ()):
+            # One JVM for the Spark tests (the session-scoped SparkSession takes about a minute
+            # to start): under pytest-xdist with --dist loadgroup, one process runs them all.
+            item.add_marker(pytest.mark.xdist_group("spark"))

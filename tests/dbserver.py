@@ -205,7 +205,9 @@ def start_cluster(settings: dict[str, str] | None = None) -> Cluster | None:
         check=True,
         capture_output=True,
     )
-    options = f"-p {port} -k {datadir} -c listen_addresses=127.0.0.1 -c max_connections=200"
+    # max_connections: the parallel run (pytest-xdist, CONTRIBUTING.md) has several test
+    # processes at once, each with its worker processes and their pools.
+    options = f"-p {port} -k {datadir} -c listen_addresses=127.0.0.1 -c max_connections=500"
     for name, value in (settings or {}).items():
         options += f" -c {name}={value}"
     subprocess.run(

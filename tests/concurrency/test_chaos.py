@@ -46,7 +46,8 @@ from tests.conftest import worker_env
 
 from . import sqlcalls as q
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+# alone: it restarts the server, which every other test on it would see (CONTRIBUTING.md)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.alone]
 
 QUEUE = "t_record"
 CHANNELS = [f"chaos-{i:02d}" for i in range(50)]

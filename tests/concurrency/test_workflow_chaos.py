@@ -48,7 +48,8 @@ from tests.conftest import worker_env
 
 from .test_chaos import _reconnect, _restarter
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+# alone: it restarts the server, which every other test on it would see (CONTRIBUTING.md)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.alone]
 
 QUEUE = "w_step"
 LEASE_S = 3.0

@@ -18,7 +18,9 @@ from django_lonnymq import Item, Workflow, api
 from django_lonnymq.exceptions import LockTableFull
 from django_lonnymq.models import Channel, Message
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# alone: it fills the server's shared lock table, which every other test on it would see
+# (CONTRIBUTING.md)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.alone]
 
 QUEUE = "t_locks"
 CHUNK = 200  # locks taken per savepoint while filling: the table ends at most this far from full

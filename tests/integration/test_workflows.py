@@ -605,7 +605,8 @@ def test_a_requeue_waiting_on_a_workflows_cancel_sees_it_and_leaves_the_step_dea
     probe = connect()
     for _ in range(200):  # until the requeue waits for the cancel's row lock
         waiting = probe.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event_type = 'Lock' AND query LIKE %s",  # this test's, not a neighbour's
             ["%lonnymq_requeue_dead_v1%"],
         ).fetchone()[0]
         if waiting:
