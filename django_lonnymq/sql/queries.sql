@@ -68,11 +68,19 @@ SELECT m.ids FROM m
 -- dequeue (lonnymq_workflow_inputs_v2 takes its own snapshot); the rows keep the dequeue's
 -- order. A batch without steps never calls it (the
 -- filter on the ids comes first): the join costs it about 0.08 ms on a 3 ms dequeue of 50.
+-- The lease commits without waiting for its WAL flush (synchronous_commit off for this
+-- statement's transaction only): the handler starts 0.25-0.6 ms sooner, the whole gap in idle
+-- latency between the worker's synchronous_commit on and off (docs/performance.md). The
+-- worker's next commit with the setting on (the ack or failure of these messages, or any
+-- other) flushes the WAL up to it, so no outcome is ever recorded over a lease a crash could
+-- undo; the WAL writer flushes it within 200 ms otherwise (docs/failure-model.md).
 WITH d AS MATERIALIZED (
     SELECT d.id, d.channel, d.payload, d.attempts, d.max_attempts, d.priority, d.dedup_key, d.enqueued_at,
            d.lease_token, d.lease_until, d.ordinality
       FROM lonnymq_dequeue_v1(%(queue)s::text, %(batch_size)s::integer, %(lease_ms)s::bigint, %(worker)s::text,
                               %(tolerance_ms)s::bigint, 100::bigint) WITH ORDINALITY AS d
+), lease_commit AS MATERIALIZED (
+    SELECT pg_catalog.set_config('synchronous_commit', 'off', true) AS setting
 )
 SELECT d.id, d.channel, d.payload, d.attempts, d.max_attempts, d.priority, d.dedup_key, d.enqueued_at,
        d.lease_token, d.lease_until, i.name, i.outputs, i.inputs_bytes
@@ -81,6 +89,7 @@ SELECT d.id, d.channel, d.payload, d.attempts, d.max_attempts, d.priority, d.ded
                              WHERE pg_catalog.starts_with(x.dedup_key, 'lonnymq.step:')) s
                      CROSS JOIN LATERAL lonnymq_workflow_inputs_v2(s.ids) f
                      WHERE s.ids IS NOT NULL) i ON i.id = d.id
+ CROSS JOIN lease_commit
  ORDER BY d.ordinality
 
 -- name: next_due
