@@ -216,14 +216,15 @@ class Vacuum:
     as held: while that horizon stays, the tables wait, ``BACKOFF`` seconds doubling to
     ``BACKOFF_MAX`` (a role that cannot see other roles' sessions reads no horizon, and only
     the back-off brings it back). When the horizon moves on, every due table is vacuumed at
-    once, the message table too (otherwise left to autovacuum): the dead versions the held
-    snapshot kept are all removable then, and the first cycle after it runs at the free rate
-    whether autovacuum comes or not.
+    once, and the message table too (otherwise left to autovacuum) once a horizon that stood
+    ``HELD_LONG`` seconds moves on: the dead versions the held snapshot kept are all
+    removable then, and the first cycle after it runs at the free rate whether autovacuum
+    comes or not.
     """
 
     INTERVAL = 1.0
-    # The message table is vacuumed after a horizon held this long (s): a horizon that moves
-    # between two looks under a heavy load is no reason to.
+    # The message table is vacuumed once a horizon that stood this long (s) moves on: one
+    # that changes between two looks under a heavy load is no reason to.
     HELD_LONG = 5.0
     BACKOFF = 2.0
     BACKOFF_MAX = 8.0
@@ -240,7 +241,8 @@ class Vacuum:
         self.skipped = 0  # looks that found a table due and left it: the horizon still held
         self.held: bool = False  # a VACUUM left its table due: the horizon was held
         self.held_horizon: str | None = None  # the horizon it ran under
-        self.held_since = 0.0
+        self.horizon: str | None = None  # the horizon of the last look
+        self.horizon_since = 0.0  # since when it stands
         self.retry_at = 0.0
         self.backoff = self.BACKOFF
 
@@ -257,13 +259,20 @@ class Vacuum:
         self.next_at = now + self.INTERVAL
         due, horizon = self._due(threshold)
         moved = self.held and horizon != self.held_horizon
-        if not (moved and now - self.held_since >= self.HELD_LONG):
+        # A horizon that stood HELD_LONG moved on: what it kept in the message table is
+        # removable now (whether or not the channel table was ever due meanwhile: one busy
+        # channel leaves few dead channel versions and many dead messages).
+        passed = False
+        if horizon != self.horizon:
+            passed = self.horizon is not None and now - self.horizon_since >= self.HELD_LONG
+            self.horizon, self.horizon_since = horizon, now
+        if not passed:
             # The message table is autovacuum's, but for the pass after a held horizon.
             due = [table for table in due if table != "lonnymq_message"]
         if not due:
             self.held = False
             return
-        if self.held and not moved and now < self.retry_at:
+        if self.held and not moved and not passed and now < self.retry_at:
             self.skipped += 1
             return
         vacuumed = []
@@ -285,9 +294,8 @@ class Vacuum:
                 self.backoff = min(self.backoff * 2, self.BACKOFF_MAX)
             else:
                 self.backoff = self.BACKOFF
-                self.held_since = now
             self.held, self.held_horizon = True, horizon
-            self.retry_at = time.monotonic() + self.backoff
+            self.retry_at = now + self.backoff
         else:
             self.held = False
 

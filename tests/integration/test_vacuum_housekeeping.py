@@ -154,3 +154,40 @@ def test_a_held_horizon_stops_the_repeated_vacuums_and_its_release_vacuums_at_on
         assert dead_row_versions("lonnymq_message") < 100
     finally:
         holder.close()
+
+
+def test_the_messages_one_busy_channel_left_under_a_held_horizon_are_vacuumed_once_it_moves(
+    vacuum_queue, control
+):
+    """One busy channel leaves few dead channel versions (a visit takes a batch) and a dead
+    message per message: the channel table is never due, and the worker leaves the messages
+    to autovacuum while the horizon stands; once a horizon that stood HELD_LONG moves on, it
+    vacuums them (autovacuum may be off)."""
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    holder = psycopg.connect(**params, autocommit=True)
+    try:
+        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT 1")
+        enqueue_many(vacuum_queue, [Item({"i": i}, channel="one") for i in range(CHANNELS)])
+        assert testing.drain(vacuum_queue, concurrency=100, batch_size=100).acked == CHANNELS
+        keep = (holder.info.backend_pid, control.conn.info.backend_pid)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not (
+            drain_reported(keep) and dead_row_versions("lonnymq_message") >= CHANNELS
+        ):
+            time.sleep(0.05)
+        assert dead_row_versions("lonnymq_message") >= CHANNELS
+        assert dead_row_versions("lonnymq_channel") < 100
+        vacuum = Vacuum(control)
+        with override_settings(LONNYMQ_VACUUM_THRESHOLD=100):
+            vacuum.tick(1000.0)
+            vacuum.tick(1000.0 + Vacuum.HELD_LONG + 1)  # the horizon still stands
+            assert vacuum.vacuums == 0
+            holder.execute("ROLLBACK")
+            vacuum.tick(1000.0 + Vacuum.HELD_LONG + 2)
+        assert vacuum.vacuums == 1
+        assert dead_row_versions("lonnymq_message") < 100
+    finally:
+        holder.close()
