@@ -223,9 +223,10 @@ class Vacuum:
     """
 
     INTERVAL = 1.0
-    # The message table is vacuumed once a horizon that stood this long (s) moves on: one
-    # that changes between two looks under a heavy load is no reason to.
-    HELD_LONG = 5.0
+    # The message table is vacuumed once a horizon that stood this long (s) moves on: not
+    # after a producer's transaction of a few seconds (a bulk enqueue), whose VACUUM would
+    # only hold up this worker's fetches (it runs on the control connection).
+    HELD_LONG = 10.0
     BACKOFF = 2.0
     BACKOFF_MAX = 8.0
     STATEMENTS = {
