@@ -14,7 +14,33 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from . import db
+from .bounds import (
+    MAX_ATTEMPTS,
+    MAX_CATCH_UP,
+    MAX_CHANNEL_NAME,
+    MAX_DEDUP_KEY,
+    MAX_EPOCH_MS,
+    MAX_INTERVAL_MS,
+    MAX_PLAN_NAME,
+    MAX_PRIORITY,
+    MAX_QUEUE_NAME,
+    MAX_RATE_BURST,
+    MAX_RATE_COUNT,
+    MAX_SCHEDULE_NAME,
+    MAX_TOPIC_NAME,
+    MAX_WEIGHT,
+    MAX_WORKER_NAME,
+    MAX_WORKFLOW_NAME,
+    MIN_EVERY,
+)
 from .exceptions import ChannelNotDeleted
+
+MIN_EVERY_MS = int(MIN_EVERY.total_seconds() * 1000)
+
+
+def _length(most: int) -> str:
+    """The pattern of a name's length CHECK: 1 to ``most`` characters."""
+    return f"^.{{1,{most}}}$"
 
 
 class Plan(models.Model):
@@ -24,9 +50,9 @@ class Plan(models.Model):
     of the plan in one statement."""
 
     id = models.BigAutoField(primary_key=True)
-    name = models.CharField(max_length=100, unique=True)
+    name = models.CharField(max_length=MAX_PLAN_NAME, unique=True)
     weight = models.IntegerField(
-        default=1, help_text="Messages released per round under backlog (1 to 1000)."
+        default=1, help_text=f"Messages released per round under backlog (1 to {MAX_WEIGHT})."
     )
     max_concurrency = models.IntegerField(
         null=True, blank=True, help_text="Most messages of a channel in flight at once; empty: unlimited."
@@ -44,17 +70,19 @@ class Plan(models.Model):
         db_table = "lonnymq_plan"
         ordering = ["name"]
         constraints = [
-            models.CheckConstraint(condition=Q(name__regex=r"^.{1,100}$"), name="lonnymq_plan_name_length"),
+            models.CheckConstraint(
+                condition=Q(name__regex=_length(MAX_PLAN_NAME)), name="lonnymq_plan_name_length"
+            ),
             models.CheckConstraint(condition=Q(name__regex=r"\S"), name="lonnymq_plan_name_not_blank"),
             models.CheckConstraint(
-                condition=Q(weight__gte=1, weight__lte=1000), name="lonnymq_plan_weight_range"
+                condition=Q(weight__gte=1, weight__lte=MAX_WEIGHT), name="lonnymq_plan_weight_range"
             ),
             models.CheckConstraint(
                 condition=Q(max_concurrency__isnull=True) | Q(max_concurrency__gt=0),
                 name="lonnymq_plan_max_concurrency_positive",
             ),
             models.CheckConstraint(
-                condition=Q(release_interval_ms__gte=0, release_interval_ms__lte=31_622_400_000),
+                condition=Q(release_interval_ms__gte=0, release_interval_ms__lte=MAX_INTERVAL_MS),
                 name="lonnymq_plan_release_interval_range",
             ),
             models.CheckConstraint(
@@ -63,15 +91,15 @@ class Plan(models.Model):
                 name="lonnymq_plan_rate_complete",
             ),
             models.CheckConstraint(
-                condition=Q(rate_count__gte=1, rate_count__lte=1_000_000),
+                condition=Q(rate_count__gte=1, rate_count__lte=MAX_RATE_COUNT),
                 name="lonnymq_plan_rate_count_range",
             ),
             models.CheckConstraint(
-                condition=Q(rate_period_ms__gte=1, rate_period_ms__lte=31_622_400_000),
+                condition=Q(rate_period_ms__gte=1, rate_period_ms__lte=MAX_INTERVAL_MS),
                 name="lonnymq_plan_rate_period_range",
             ),
             models.CheckConstraint(
-                condition=Q(rate_burst__gte=1, rate_burst__lte=1_000_000),
+                condition=Q(rate_burst__gte=1, rate_burst__lte=MAX_RATE_BURST),
                 name="lonnymq_plan_rate_burst_range",
             ),
         ]
@@ -89,7 +117,7 @@ class Plan(models.Model):
 class QueuePlan(models.Model):
     """The plan a queue's new channels follow (``configure_queue(queue, default_plan=...)``)."""
 
-    queue = models.CharField(max_length=100, primary_key=True)
+    queue = models.CharField(max_length=MAX_QUEUE_NAME, primary_key=True)
     plan = models.ForeignKey(Plan, on_delete=models.PROTECT, related_name="default_of")
     updated_at = models.DateTimeField(default=timezone.now, editable=False)
 
@@ -99,7 +127,7 @@ class QueuePlan(models.Model):
         verbose_name = "queue default plan"
         constraints = [
             models.CheckConstraint(
-                condition=Q(queue__regex=r"^.{1,100}$"), name="lonnymq_queue_plan_queue_length"
+                condition=Q(queue__regex=_length(MAX_QUEUE_NAME)), name="lonnymq_queue_plan_queue_length"
             ),
             models.CheckConstraint(
                 condition=Q(queue__regex=r"\S"), name="lonnymq_queue_plan_queue_not_blank"
@@ -145,8 +173,8 @@ class Channel(models.Model):
     objects = ChannelQuerySet.as_manager()
 
     id = models.BigAutoField(primary_key=True)
-    queue = models.CharField(max_length=100)
-    name = models.CharField(max_length=200)
+    queue = models.CharField(max_length=MAX_QUEUE_NAME)
+    name = models.CharField(max_length=MAX_CHANNEL_NAME)
     max_concurrency = models.IntegerField(
         null=True,
         blank=True,
@@ -168,7 +196,7 @@ class Channel(models.Model):
     )
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     weight = models.IntegerField(
-        default=1, help_text="Messages released per round under backlog (1 to 1000)."
+        default=1, help_text=f"Messages released per round under backlog (1 to {MAX_WEIGHT})."
     )
     round_used = models.IntegerField(default=0, editable=False)
     # Token bucket (all three or none): at most rate_burst + rate_count * t / rate_period_ms
@@ -205,10 +233,10 @@ class Channel(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["queue", "name"], name="lonnymq_channel_queue_name_uniq"),
             models.CheckConstraint(
-                condition=Q(queue__regex=r"^.{1,100}$"), name="lonnymq_channel_queue_length"
+                condition=Q(queue__regex=_length(MAX_QUEUE_NAME)), name="lonnymq_channel_queue_length"
             ),
             models.CheckConstraint(
-                condition=Q(name__regex=r"^.{1,200}$"), name="lonnymq_channel_name_length"
+                condition=Q(name__regex=_length(MAX_CHANNEL_NAME)), name="lonnymq_channel_name_length"
             ),
             models.CheckConstraint(condition=Q(queue__regex=r"\S"), name="lonnymq_channel_queue_not_blank"),
             models.CheckConstraint(condition=Q(name__regex=r"\S"), name="lonnymq_channel_name_not_blank"),
@@ -218,7 +246,7 @@ class Channel(models.Model):
                 violation_error_message="Max concurrency must be positive, or empty for unlimited.",
             ),
             models.CheckConstraint(
-                condition=Q(release_interval_ms__gte=0, release_interval_ms__lte=31_622_400_000),
+                condition=Q(release_interval_ms__gte=0, release_interval_ms__lte=MAX_INTERVAL_MS),
                 name="lonnymq_channel_release_interval_range",
                 violation_error_message="Release interval must be between 0 and 366 days.",
             ),
@@ -226,9 +254,9 @@ class Channel(models.Model):
                 condition=Q(in_flight__gte=0), name="lonnymq_channel_in_flight_nonnegative"
             ),
             models.CheckConstraint(
-                condition=Q(weight__gte=1, weight__lte=1000),
+                condition=Q(weight__gte=1, weight__lte=MAX_WEIGHT),
                 name="lonnymq_channel_weight_range",
-                violation_error_message="Weight must be between 1 and 1000.",
+                violation_error_message=f"Weight must be between 1 and {MAX_WEIGHT}.",
             ),
             models.CheckConstraint(
                 condition=Q(round_used__gte=0, round_used__lt=F("weight")),
@@ -241,17 +269,17 @@ class Channel(models.Model):
                 violation_error_message="A rate needs a count, a period and a burst, or none of them.",
             ),
             models.CheckConstraint(
-                condition=Q(rate_count__gte=1, rate_count__lte=1_000_000),
+                condition=Q(rate_count__gte=1, rate_count__lte=MAX_RATE_COUNT),
                 name="lonnymq_channel_rate_count_range",
                 violation_error_message="A rate's count must be between 1 and 1,000,000.",
             ),
             models.CheckConstraint(
-                condition=Q(rate_period_ms__gte=1, rate_period_ms__lte=31_622_400_000),
+                condition=Q(rate_period_ms__gte=1, rate_period_ms__lte=MAX_INTERVAL_MS),
                 name="lonnymq_channel_rate_period_range",
                 violation_error_message="A rate's period must be between 1 ms and 366 days.",
             ),
             models.CheckConstraint(
-                condition=Q(rate_burst__gte=1, rate_burst__lte=1_000_000),
+                condition=Q(rate_burst__gte=1, rate_burst__lte=MAX_RATE_BURST),
                 name="lonnymq_channel_rate_burst_range",
                 violation_error_message="A rate's burst must be between 1 and 1,000,000.",
             ),
@@ -316,7 +344,7 @@ class Message(models.Model):
     lease_token = models.UUIDField(null=True, blank=True)
     leased_by = models.TextField(null=True, blank=True)
     slot_taken = models.BooleanField(default=False)
-    dedup_key = models.CharField(max_length=200, null=True, blank=True)
+    dedup_key = models.CharField(max_length=MAX_DEDUP_KEY, null=True, blank=True)
     enqueued_at = models.DateTimeField(default=timezone.now)
     last_error = models.TextField(null=True, blank=True)
     # Set by api.cancel() while the message runs; its worker stops the handler at its next heartbeat.
@@ -331,15 +359,16 @@ class Message(models.Model):
             models.CheckConstraint(condition=Q(attempts__gte=0), name="lonnymq_message_attempts_nonnegative"),
             models.CheckConstraint(condition=Q(snoozes__gte=0), name="lonnymq_message_snoozes_nonnegative"),
             models.CheckConstraint(
-                condition=Q(dequeue_at__gte=0, dequeue_at__lte=253_402_300_799_999),
+                condition=Q(dequeue_at__gte=0, dequeue_at__lte=MAX_EPOCH_MS),
                 name="lonnymq_message_dequeue_at_range",
             ),
             models.CheckConstraint(
-                condition=Q(max_attempts__gte=1, max_attempts__lte=1000),
+                condition=Q(max_attempts__gte=1, max_attempts__lte=MAX_ATTEMPTS),
                 name="lonnymq_message_max_attempts_range",
             ),
             models.CheckConstraint(
-                condition=Q(priority__gte=0, priority__lte=100), name="lonnymq_message_priority_range"
+                condition=Q(priority__gte=0, priority__lte=MAX_PRIORITY),
+                name="lonnymq_message_priority_range",
             ),
             models.CheckConstraint(
                 condition=Q(lease_until__isnull=True, lease_token__isnull=True)
@@ -390,7 +419,7 @@ class QueueConfig(models.Model):
     Write it through :func:`django_lonnymq.api.configure_queue` and
     :func:`~django_lonnymq.api.pause_queue` (the admin does)."""
 
-    queue = models.CharField(max_length=100, primary_key=True)
+    queue = models.CharField(max_length=MAX_QUEUE_NAME, primary_key=True)
     max_concurrency = models.IntegerField(
         null=True, blank=True, help_text="Most messages of the queue in flight at once; empty: unlimited."
     )
@@ -410,7 +439,7 @@ class QueueConfig(models.Model):
         verbose_name = "queue limit"
         constraints = [
             models.CheckConstraint(
-                condition=Q(queue__regex=r"^.{1,100}$"), name="lonnymq_queue_config_queue_length"
+                condition=Q(queue__regex=_length(MAX_QUEUE_NAME)), name="lonnymq_queue_config_queue_length"
             ),
             models.CheckConstraint(
                 condition=Q(queue__regex=r"\S"), name="lonnymq_queue_config_queue_not_blank"
@@ -425,15 +454,15 @@ class QueueConfig(models.Model):
                 name="lonnymq_queue_config_rate_complete",
             ),
             models.CheckConstraint(
-                condition=Q(rate_count__gte=1, rate_count__lte=1_000_000),
+                condition=Q(rate_count__gte=1, rate_count__lte=MAX_RATE_COUNT),
                 name="lonnymq_queue_config_rate_count_range",
             ),
             models.CheckConstraint(
-                condition=Q(rate_period_ms__gte=1, rate_period_ms__lte=31_622_400_000),
+                condition=Q(rate_period_ms__gte=1, rate_period_ms__lte=MAX_INTERVAL_MS),
                 name="lonnymq_queue_config_rate_period_range",
             ),
             models.CheckConstraint(
-                condition=Q(rate_burst__gte=1, rate_burst__lte=1_000_000),
+                condition=Q(rate_burst__gte=1, rate_burst__lte=MAX_RATE_BURST),
                 name="lonnymq_queue_config_rate_burst_range",
             ),
             models.CheckConstraint(
@@ -474,13 +503,13 @@ class DeadMessage(models.Model):
     channel = models.ForeignKey(
         Channel, on_delete=models.SET_NULL, null=True, blank=True, related_name="dead_messages"
     )
-    queue = models.CharField(max_length=100)
-    channel_name = models.CharField(max_length=200, db_column="channel")
+    queue = models.CharField(max_length=MAX_QUEUE_NAME)
+    channel_name = models.CharField(max_length=MAX_CHANNEL_NAME, db_column="channel")
     payload = models.JSONField()
     priority = models.SmallIntegerField(default=0)
     attempts = models.IntegerField()
     max_attempts = models.IntegerField()
-    dedup_key = models.CharField(max_length=200, null=True, blank=True)
+    dedup_key = models.CharField(max_length=MAX_DEDUP_KEY, null=True, blank=True)
     enqueued_at = models.DateTimeField()
     died_at = models.DateTimeField(default=timezone.now)
     reason = models.CharField(max_length=20, choices=REASONS)
@@ -584,7 +613,7 @@ class QueueSample(models.Model):
     """
 
     id = models.BigAutoField(primary_key=True)
-    queue = models.CharField(max_length=100)
+    queue = models.CharField(max_length=MAX_QUEUE_NAME)
     at = models.DateTimeField(default=timezone.now)
     channels = models.BigIntegerField()
     paused_channels = models.BigIntegerField()
@@ -687,7 +716,7 @@ class Worker(models.Model):
     ``stopped`` (shut down gracefully). Rows are written by the workers only.
     """
 
-    name = models.CharField(max_length=200, primary_key=True)
+    name = models.CharField(max_length=MAX_WORKER_NAME, primary_key=True)
     instance = models.UUIDField(help_text="This run of the worker (a restart is a new instance).")
     host = models.TextField()
     pid = models.IntegerField()
@@ -706,7 +735,9 @@ class Worker(models.Model):
         db_table = "lonnymq_worker"
         ordering = ["name"]
         constraints = [
-            models.CheckConstraint(condition=Q(name__regex=r"^.{1,200}$"), name="lonnymq_worker_name_length"),
+            models.CheckConstraint(
+                condition=Q(name__regex=_length(MAX_WORKER_NAME)), name="lonnymq_worker_name_length"
+            ),
             models.CheckConstraint(condition=Q(name__regex=r"\S"), name="lonnymq_worker_name_not_blank"),
             models.CheckConstraint(
                 condition=Q(in_flight__gte=0, processed__gte=0, failed__gte=0, concurrency__gte=1),
@@ -739,9 +770,10 @@ class Subscription(models.Model):
     one message in the queue (see :mod:`django_lonnymq.topics`)."""
 
     id = models.BigAutoField(primary_key=True)
-    topic = models.CharField(max_length=200, help_text="The topic name events are published to.")
+    topic = models.CharField(max_length=MAX_TOPIC_NAME, help_text="The topic name events are published to.")
     queue = models.CharField(
-        max_length=100, help_text="The queue (consumer group) that gets its own message for each event."
+        max_length=MAX_QUEUE_NAME,
+        help_text="The queue (consumer group) that gets its own message for each event.",
     )
     created_at = models.DateTimeField(default=timezone.now, editable=False)
 
@@ -751,7 +783,7 @@ class Subscription(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["topic", "queue"], name="lonnymq_subscription_topic_queue_uniq"),
             models.CheckConstraint(
-                condition=Q(topic__regex=r"^.{1,200}$"), name="lonnymq_subscription_topic_length"
+                condition=Q(topic__regex=_length(MAX_TOPIC_NAME)), name="lonnymq_subscription_topic_length"
             ),
             models.CheckConstraint(
                 condition=Q(topic__regex=r"\S"),
@@ -759,7 +791,7 @@ class Subscription(models.Model):
                 violation_error_message="Topic must not be only blanks.",
             ),
             models.CheckConstraint(
-                condition=Q(queue__regex=r"^.{1,100}$"), name="lonnymq_subscription_queue_length"
+                condition=Q(queue__regex=_length(MAX_QUEUE_NAME)), name="lonnymq_subscription_queue_length"
             ),
             models.CheckConstraint(
                 condition=Q(queue__regex=r"\S"),
@@ -775,7 +807,7 @@ class Subscription(models.Model):
 class Unrouted(models.Model):
     """Events published to ``topic`` while it had no subscriber (counted, not stored)."""
 
-    topic = models.CharField(max_length=200, primary_key=True)
+    topic = models.CharField(max_length=MAX_TOPIC_NAME, primary_key=True)
     events = models.BigIntegerField(default=0)
     last_published_at = models.DateTimeField(default=timezone.now)
 
@@ -785,7 +817,7 @@ class Unrouted(models.Model):
         verbose_name = "unrouted topic"
         constraints = [
             models.CheckConstraint(
-                condition=Q(topic__regex=r"^.{1,200}$"), name="lonnymq_unrouted_topic_length"
+                condition=Q(topic__regex=_length(MAX_TOPIC_NAME)), name="lonnymq_unrouted_topic_length"
             ),
             models.CheckConstraint(condition=Q(events__gte=0), name="lonnymq_unrouted_events_nonnegative"),
         ]
@@ -816,9 +848,11 @@ class Schedule(models.Model):
     """
 
     id = models.BigAutoField(primary_key=True)
-    name = models.CharField(max_length=200, unique=True, help_text="Stable name of the schedule.")
-    queue = models.CharField(max_length=100)
-    channel = models.CharField(max_length=200, default="default")
+    name = models.CharField(
+        max_length=MAX_SCHEDULE_NAME, unique=True, help_text="Stable name of the schedule."
+    )
+    queue = models.CharField(max_length=MAX_QUEUE_NAME)
+    channel = models.CharField(max_length=MAX_CHANNEL_NAME, default="default")
     cron = models.CharField(
         max_length=200,
         null=True,
@@ -826,7 +860,7 @@ class Schedule(models.Model):
         help_text="Cron expression (five fields: minute hour day-of-month month day-of-week).",
     )
     every_ms = models.BigIntegerField(
-        null=True, blank=True, help_text="Or a fixed interval in milliseconds (at least 1000)."
+        null=True, blank=True, help_text=f"Or a fixed interval in milliseconds (at least {MIN_EVERY_MS})."
     )
     timezone = models.CharField(
         max_length=100, default="UTC", help_text="IANA time zone of the cron expression."
@@ -855,19 +889,21 @@ class Schedule(models.Model):
                 violation_error_message="Give a cron expression or an interval, not both.",
             ),
             models.CheckConstraint(
-                condition=Q(every_ms__isnull=True) | Q(every_ms__gte=1000, every_ms__lte=31_622_400_000),
+                condition=Q(every_ms__isnull=True)
+                | Q(every_ms__gte=MIN_EVERY_MS, every_ms__lte=MAX_INTERVAL_MS),
                 name="lonnymq_schedule_every_range",
                 violation_error_message="The interval must be between 1 second and 366 days.",
             ),
             models.CheckConstraint(
-                condition=Q(catch_up__gte=1, catch_up__lte=1000),
+                condition=Q(catch_up__gte=1, catch_up__lte=MAX_CATCH_UP),
                 name="lonnymq_schedule_catch_up_range",
-                violation_error_message="Catch up must be between 1 and 1000.",
+                violation_error_message=f"Catch up must be between 1 and {MAX_CATCH_UP}.",
             ),
             models.CheckConstraint(
-                condition=Q(max_attempts__isnull=True) | Q(max_attempts__gte=1, max_attempts__lte=1000),
+                condition=Q(max_attempts__isnull=True)
+                | Q(max_attempts__gte=1, max_attempts__lte=MAX_ATTEMPTS),
                 name="lonnymq_schedule_max_attempts_range",
-                violation_error_message="Max attempts must be between 1 and 1000, or empty.",
+                violation_error_message=f"Max attempts must be between 1 and {MAX_ATTEMPTS}, or empty.",
             ),
         ]
         indexes = [
@@ -896,14 +932,16 @@ class WorkflowRecord(models.Model):
     STATES = ("running", "succeeded", "failed", "cancelled")
 
     id = models.BigAutoField(primary_key=True)
-    name = models.CharField(max_length=200)
-    channel = models.CharField(max_length=200, null=True, blank=True, help_text="The steps' default channel.")
+    name = models.CharField(max_length=MAX_WORKFLOW_NAME)
+    channel = models.CharField(
+        max_length=MAX_CHANNEL_NAME, null=True, blank=True, help_text="The steps' default channel."
+    )
     state = models.CharField(max_length=20, default="running")
     steps = models.IntegerField()
     remaining = models.IntegerField(help_text="Steps that have not succeeded.")
     dead = models.IntegerField(default=0, help_text="Steps dead now.")
-    on_failure_queue = models.CharField(max_length=100, null=True, blank=True)
-    on_failure_channel = models.CharField(max_length=200, null=True, blank=True)
+    on_failure_queue = models.CharField(max_length=MAX_QUEUE_NAME, null=True, blank=True)
+    on_failure_channel = models.CharField(max_length=MAX_CHANNEL_NAME, null=True, blank=True)
     on_failure_payload = models.JSONField(null=True, blank=True)
     on_failure_max_attempts = models.IntegerField(null=True, blank=True)
     on_failure_message_id = models.BigIntegerField(null=True, blank=True)
@@ -928,9 +966,9 @@ class WorkflowStepRecord(models.Model):
     workflow = models.ForeignKey(
         WorkflowRecord, on_delete=models.CASCADE, related_name="step_records", db_constraint=False
     )
-    name = models.CharField(max_length=200)
-    queue = models.CharField(max_length=100)
-    channel = models.CharField(max_length=200)
+    name = models.CharField(max_length=MAX_WORKFLOW_NAME)
+    queue = models.CharField(max_length=MAX_QUEUE_NAME)
+    channel = models.CharField(max_length=MAX_CHANNEL_NAME)
     payload = models.JSONField(null=True, blank=True)
     delay_ms = models.BigIntegerField(default=0)
     max_attempts = models.IntegerField()

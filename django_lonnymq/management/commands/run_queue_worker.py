@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, connections
 
 from django_lonnymq import installed, logs
-from django_lonnymq.bounds import MAX_INTERVAL, MAX_LEASE
+from django_lonnymq.bounds import MAX_BATCH, MAX_INTERVAL, MAX_LEASE, MIN_LEASE
 from django_lonnymq.conf import settings
 from django_lonnymq.exceptions import InvalidArgument, NoHandler, SchemaMissing
 from django_lonnymq.registry import autodiscover
@@ -221,9 +221,9 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["batch_size"] is not None and options["batch_size"] > 10_000:
-            raise CommandError("--batch-size must be at most 10000")
-        if options["lease"] is not None and not timedelta(seconds=1) <= options["lease"] <= MAX_LEASE:
+        if options["batch_size"] is not None and options["batch_size"] > MAX_BATCH:
+            raise CommandError(f"--batch-size must be at most {MAX_BATCH}")
+        if options["lease"] is not None and not MIN_LEASE <= options["lease"] <= MAX_LEASE:
             raise CommandError("--lease must be between 1s and 24h")
         check_database(options["database"])
         logs.configure_console()
