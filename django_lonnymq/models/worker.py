@@ -5,7 +5,7 @@ The worker writes its row from its maintenance step (``worker.housekeeping.Prese
 one per message. A graceful shutdown marks the row stopped at once; a worker killed or cut
 off stops beating and reads "lost" once silent for ``LONNYMQ_WORKER_LOST_AFTER``. Any worker's
 beat deletes rows lost or stopped for longer than ``LONNYMQ_WORKER_PRUNE_AFTER``. This module
-holds the rows' model; :mod:`django_lonnymq.workers` reads them.
+holds the rows' model and reads them (``listing``, ``serving``).
 
 Names: a worker is named ``host:pid`` unless given one (``run_queue_worker --name``). A name
 is unique among the rows: a worker whose name a live worker holds takes ``name#2`` (``#3``...)
@@ -17,16 +17,19 @@ from __future__ import annotations
 
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from .. import arguments, db
 from ..bounds import MAX_WORKER_NAME
 from ..conf import lost_after
+from ..exceptions import InvalidArgument
 from .common import length
+from .message import Message
 
 
 class Worker(models.Model):
-    """A worker process as its last heartbeat described it (see :mod:`django_lonnymq.workers`).
+    """A worker process as its last heartbeat described it (:func:`listing` adds its state).
 
     ``state`` is ``live``, ``lost`` (silent longer than ``LONNYMQ_WORKER_LOST_AFTER``) or
     ``stopped`` (shut down gracefully). Rows are written by the workers only.
@@ -72,3 +75,74 @@ class Worker(models.Model):
         if self.heartbeat_at < timezone.now() - lost_after():
             return "lost"
         return "live"
+
+
+# The listing: the rows with their state on the database's clock.
+
+MAX_NAME = MAX_WORKER_NAME
+
+
+def check_name(name: object) -> str:
+    """A worker name: 1 to ``MAX_WORKER_NAME`` characters, not only blanks, no NUL."""
+    return arguments.name("name", name, MAX_NAME)
+
+
+def with_state(queryset: QuerySet[Worker]) -> QuerySet[Worker]:
+    """Workers annotated with ``lq_state`` (on the database's clock) and ``lq_leases``, the
+    leases their name holds now (through the in-flight index: only leased messages are read)."""
+    from django.db.models import (
+        Case,
+        Count,
+        DateTimeField,
+        ExpressionWrapper,
+        IntegerField,
+        OuterRef,
+        Subquery,
+        Value,
+        When,
+    )
+    from django.db.models.functions import Coalesce, Now
+
+    cutoff = ExpressionWrapper(Now() - Value(lost_after()), output_field=DateTimeField())
+    leases = (
+        Message.objects.filter(leased_by=OuterRef("name"), lease_until__isnull=False)
+        .order_by()
+        .values("leased_by")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    return queryset.annotate(
+        lq_state=Case(
+            When(stopped_at__isnull=False, then=Value("stopped")),
+            When(heartbeat_at__lt=cutoff, then=Value("lost")),
+            default=Value("live"),
+        ),
+        lq_leases=Coalesce(Subquery(leases, output_field=IntegerField()), Value(0)),
+    )
+
+
+STATES = ("live", "lost", "stopped")
+
+
+def listing(state: str | None = None, *, using: str | None = None) -> QuerySet[Worker]:
+    """The workers' rows, each with ``lq_state`` (``live``/``lost``/``stopped``, on the
+    database's clock) and ``lq_leases`` (leases its name holds now); ``state`` keeps one."""
+    rows = with_state(Worker.objects.using(db.alias(using)).all())
+    if state is None:
+        return rows
+    if state not in STATES:
+        raise InvalidArgument("state", f"must be one of {', '.join(STATES)}", state)
+    return rows.filter(lq_state=state)  # type: ignore[misc]  # annotated by with_state
+
+
+def serving(queue: str, *, using: str | None = None) -> tuple[int, int]:
+    """Live workers serving ``queue``, and how many of those were full at their last
+    heartbeat (as many messages held as handler threads): why ready work may wait."""
+    from django.db.models import Count, F, Q
+
+    found = (
+        listing("live", using=using)
+        .filter(queues__contains=[queue])
+        .aggregate(live=Count("pk"), full=Count("pk", filter=Q(in_flight__gte=F("concurrency"))))
+    )
+    return found["live"] or 0, found["full"] or 0
