@@ -254,7 +254,7 @@ class Command(BaseCommand):
         if port is None:
             return None
         try:
-            from django_lonnymq.worker.metrics import WorkerMetrics
+            from django_lonnymq.prometheus.worker import WorkerMetrics
 
             metrics = WorkerMetrics(
                 name=worker.name,
