@@ -24,6 +24,7 @@ from ..conf import settings, to_ms
 from ..exceptions import InvalidArgument
 from ..registry import get_handler, is_async, timeout_of
 from ..routing import by_database
+from . import duties
 from .completion import Completion
 from .connection import STATEMENT_ERRORS, ControlConnection
 from .fetching import Fetcher
@@ -33,7 +34,6 @@ from .housekeeping import Housekeeping, Leases, Presence, Samples
 from .observer import LogObserver, Observers
 from .receivers import ReceiverThread
 from .running import Control
-from .spans import TracingObserver
 from .stats import Stats
 from .stopping import StopOnSignal
 from .waiting import Waiter
@@ -116,7 +116,8 @@ class Worker(StopOnSignal):
         self.waiter = Waiter()
         self.observers = Observers(passes=self.connection.is_lost)
         self.observers.add(LogObserver())
-        self.observers.add(TracingObserver(self.connection, self.held))
+        for observer in duties.build_observers(self.connection, self.held):  # the spans, from ready()
+            self.observers.add(observer)
         # Signal receivers run on a thread of their own, not on this one (leases, acks).
         self.observers.add(ReceiverThread(drain_timeout=self.shutdown_timeout))
         if housekeeping:
