@@ -11,7 +11,8 @@ import graph (every import counts: at the top, inside functions, under ``TYPE_CH
 - the Spark producer imports no Django and, of the package, only what it names;
 - a management command imports no other command (shared helpers: management/options.py);
 - an admin page imports the admin's common parts, never another page (channels routes the
-  dashboard).
+  dashboard);
+- no module over 700 lines.
 """
 
 from __future__ import annotations
@@ -260,3 +261,14 @@ def test_admin_pages_import_common_parts_never_each_other():
         and (module, target) not in ADMIN_ALLOWED
     }
     assert crossing == {}
+
+
+# No module over this many lines (SQL and migrations aside: sources() leaves migrations out).
+MAX_LINES = 700
+
+
+def test_no_module_over_700_lines():
+    long = {
+        name: n for name, path in sources().items() if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}, f"split these into modules of one job each: {long}"
