@@ -110,6 +110,8 @@ RELEASED = {
     "0042_bounded_outputs.up.sql": "f666b8c03028d583bdc9a8a0f1269b1b3aa1ee4b8361dc2e1f323697e047d790",
     "0043_cancelled_steps.down.sql": "9cc791a2eaddae83cd7952580f24b7ec0a4f913db5092a54652e93aa76c132bf",
     "0043_cancelled_steps.up.sql": "f930633f51c26dc78228c24bf4114ab49e11110b8e80d765d453f4d4e0858af0",
+    "0044_durable_handlers.down.sql": "c065a0858bdc7888eea33d4b981c26723771afcbd138fb4ed0bbf9a345e66568",
+    "0044_durable_handlers.up.sql": "746acfb7659908fa672b0d94be4366b77500e838434a827db0be85eebd992c49",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
