@@ -11,7 +11,8 @@ no attempt spent, and its handler runs again from the top when its time or its e
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.db import transaction
@@ -60,6 +61,8 @@ class Durable:
         self.using = using
         self.eager = eager
         self.names: set[str] = set()
+        # Eager mode: called after each checkpoint commits (its savepoint moves past it).
+        self.on_checkpoint: Callable[[], None] = lambda: None
 
     def _claim(self, name: Any) -> str:
         name = check_name(name)
@@ -88,6 +91,7 @@ class Durable:
             text = json_text(value, "result")
             params = {**ident, "token": str(message.lease_token), "result": text}
             db.value("step_save", params, using=self.using)
+        self.on_checkpoint()
         # What a re-run will get: the stored JSON, decoded (a tuple comes back as a list).
         return jsontext.decode(text)
 
@@ -118,9 +122,15 @@ class Durable:
                   "delay_ms": delay_ms}  # fmt: skip
         with transaction.atomic(using=self.using):
             [row] = db.rows("durable_pause", params, using=self.using)
+        self.on_checkpoint()
         return row[0], row[1], row[2]
 
 
-def eager_sleeps(real: bool) -> contextvars.Token[bool]:
-    """Eager mode: ``real=True`` makes sleeps suspend as with a worker (see testing.eager_sleeps)."""
-    return _sleep_at_once.set(not real)
+@contextmanager
+def real_sleeps() -> Iterator[None]:
+    """Eager mode: sleeps suspend as with a worker inside the block (testing.eager_sleeps)."""
+    token = _sleep_at_once.set(False)
+    try:
+        yield
+    finally:
+        _sleep_at_once.reset(token)

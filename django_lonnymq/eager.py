@@ -195,14 +195,32 @@ def _deliver(alias: str, handle: Any, queue: str, row: tuple[Any, ...]) -> str:
     call = async_to_sync(handle) if is_async(handle) else handle
 
     def in_savepoint(message: Message) -> object:
-        # A savepoint: a failing handler's writes go, as its failed transaction would.
+        # A savepoint: a failing handler's writes go, as its failed transaction would; but
+        # not its durable steps, which commit on their own with a worker: each checkpoint
+        # moves the savepoint past it.
+        failure: BaseException | None = None
         with transaction.atomic(using=alias):
+            savepoint = transaction.savepoint(using=alias)
+
+            def past_checkpoint() -> None:
+                nonlocal savepoint
+                transaction.savepoint_commit(savepoint, using=alias)
+                savepoint = transaction.savepoint(using=alias)
+
+            message._durable.on_checkpoint = past_checkpoint
             try:
-                return call(message)
+                result = call(message)
             except Suspended:
-                # A durable sleep or wait: the run ends suspended (message._suspended_on), and
-                # the steps it checkpointed stay, as they committed with a worker.
-                return None
+                # A durable sleep or wait: the run ends suspended (message._suspended_on).
+                result = None
+            except BaseException as exc:
+                transaction.savepoint_rollback(savepoint, using=alias)
+                failure = exc
+            else:
+                transaction.savepoint_commit(savepoint, using=alias)
+        if failure is not None:
+            raise failure
+        return result
 
     refused = outcomes.refused(message)
     if refused is None:
