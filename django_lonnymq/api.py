@@ -505,6 +505,11 @@ def forget_steps(message_id: int, name: str, *, using: str | None = None) -> lis
     return list(db.value("forget_steps", params, using=using) or [])
 
 
+def suspended_counts(*, using: str | None = None) -> dict[str, int]:
+    """Suspended messages (a pending durable sleep or wait) per queue, on one database."""
+    return durable.suspended_counts(using=using)
+
+
 def _tolerance() -> dict[str, int]:
     return {"tolerance_ms": settings.ms("WAKE_TOLERANCE")}
 

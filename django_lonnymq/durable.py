@@ -11,6 +11,8 @@ no attempt spent, and its handler runs again from the top when its time or its e
 from __future__ import annotations
 
 import contextvars
+import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -18,8 +20,11 @@ from typing import Any
 from django.db import transaction
 
 from . import arguments, bounds, db, jsontext
+from .conf import settings
 from .durations import duration_ms
 from .exceptions import DuplicateStep, InvalidArgument, Suspended
+
+logger = logging.getLogger("django_lonnymq.worker")
 
 # Eager mode: a sleep goes on at once unless a test asks for real sleeps (testing.eager_sleeps).
 _sleep_at_once: contextvars.ContextVar[bool] = contextvars.ContextVar("lonnymq_sleep_at_once", default=True)
@@ -134,3 +139,42 @@ def real_sleeps() -> Iterator[None]:
         yield
     finally:
         _sleep_at_once.reset(token)
+
+
+def suspended_counts(*, using: str | None = None) -> dict[str, int]:
+    """Suspended messages (a pending sleep or wait, not running) per queue, on one database."""
+    return {str(queue): int(n) for queue, n in db.rows("suspended_counts", using=using)}
+
+
+# How often each worker prunes old events and the checkpoints of messages that are gone, and
+# how many of each one call deletes (a call that deleted a full batch runs again next step).
+PRUNE_INTERVAL = 60.0
+PRUNE_BATCH = 1000
+
+
+def worker_duty(queues: Any, poll_interval: float, using: str) -> Pruner:
+    """Each worker's durable housekeeping (registered with worker/duties.py by ``ready()``)."""
+    return Pruner()
+
+
+class Pruner:
+    """Events older than ``LONNYMQ_EVENT_RETENTION``, checkpoints whose message is neither
+    waiting, running nor dead. Never raises: a failure is logged and tried again later."""
+
+    def __init__(self, interval: float = PRUNE_INTERVAL) -> None:
+        self.interval = interval
+        self._next_at = 0.0
+
+    def run(self, conn: Any) -> None:
+        now = time.monotonic()
+        if conn is None or now < self._next_at:
+            return
+        self._next_at = now + self.interval
+        try:
+            params = {"event_retention_ms": settings.ms("EVENT_RETENTION"), "limit": PRUNE_BATCH}
+            pruned = int(db.run_value(conn, "durable_prune", params) or 0)
+        except Exception as exc:  # noqa: BLE001 - housekeeping must never stop the worker
+            logger.error("durable housekeeping: %s: %s", type(exc).__name__, exc)
+            return
+        if pruned >= PRUNE_BATCH:
+            self._next_at = now

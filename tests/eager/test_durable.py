@@ -120,6 +120,7 @@ def test_a_sleep_goes_on_at_once_in_eager_mode_unless_the_test_asks(queue):
         row = MessageRow.objects.get(id=msg)
         assert _marks() == ["before"] and row.lease_until is None and row.attempts == 0  # suspended
         assert _steps(msg) == [("before", "step", True), ("nap", "sleep", False)]
+        assert api.suspended_counts() == {"d_sleep": 1}
         assert resume(msg) == [msg]
     assert _marks() == ["after", "before"] and not MessageRow.objects.filter(id=msg).exists()
 
@@ -276,3 +277,28 @@ def test_the_schema_refuses_what_python_would(queue):
     ]:  # fmt: skip
         with pytest.raises(Exception, match=constraint), transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(statement)
+
+
+def test_housekeeping_prunes_old_events_and_the_checkpoints_of_messages_that_are_gone(queue):
+    from django_lonnymq import db
+
+    def one_step(message: Message) -> None:
+        message.step("one", _mark, f"one-{message.id}")
+        if message.payload.get("fail"):
+            raise RuntimeError("dead")
+
+    queue("d_prune", one_step)
+    with eager():
+        acked = enqueue("d_prune", {})
+        dead = enqueue("d_prune", {"fail": True}, max_attempts=1)
+    api.emit_event("old", 1)
+    api.emit_event("new", 2)
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE lonnymq_event SET emitted_at = now() - interval '8 days' WHERE key = 'old'")
+    pruned = db.value("durable_prune", {"event_retention_ms": 7 * 86_400_000, "limit": 100})
+    assert pruned == 2  # the old event, the acked message's checkpoint
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT key FROM lonnymq_event ORDER BY key")
+        assert cursor.fetchall() == [("new",)]
+    assert _steps(acked) == [] and _steps(dead) == [("one", "step", True)]  # a requeue keeps it
+    assert api.suspended_counts() == {}
