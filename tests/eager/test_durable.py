@@ -302,3 +302,22 @@ def test_housekeeping_prunes_old_events_and_the_checkpoints_of_messages_that_are
         assert cursor.fetchall() == [("new",)]
     assert _steps(acked) == [] and _steps(dead) == [("one", "step", True)]  # a requeue keeps it
     assert api.suspended_counts() == {}
+
+
+def test_a_suspended_message_can_be_cancelled_and_forget_steps_runs_them_again(queue):
+    def approval(message: Message) -> None:
+        message.step("one", _mark, f"one-{message.id}-{len(_marks())}")
+        message.wait("approval", f"cancel-{message.id}")
+
+    queue("d_cancel", approval)
+    with eager():
+        msg = enqueue("d_cancel", {})
+        assert MessageRow.objects.filter(id=msg).exists() and len(_marks()) == 1
+        assert api.forget_steps(msg, "one") == ["one", "approval"]
+        with pytest.raises(InvalidArgument, match="names no checkpoint"), transaction.atomic():
+            api.forget_steps(msg, "nothing")
+        resume(msg)  # runs again from the top: step "one" again, then waits again
+        assert len(_marks()) == 2 and _steps(msg) == [("one", "step", True), ("approval", "wait", False)]
+        assert api.cancel([msg]) == [msg]
+    assert not MessageRow.objects.filter(id=msg).exists() and not DeadMessage.objects.filter(id=msg).exists()
+    assert api.suspended_counts() == {}
