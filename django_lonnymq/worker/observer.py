@@ -40,6 +40,7 @@ EVENTS = (
     "acked",
     "retried",
     "snoozed",
+    "suspended",
     "dead",
     "timed_out",
     "cancelled",
