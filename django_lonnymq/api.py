@@ -19,7 +19,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from . import arguments, bounds, db, eager, tracing, workflows
+from . import arguments, bounds, db, durable, eager, tracing, workflows
 from .arguments import now_ms  # noqa: F401 - api.now_ms() is part of the API
 from .conf import enqueue_params, settings
 from .durations import duration_ms
@@ -460,6 +460,54 @@ def cancel_rows(
 def run_now(ids: Iterable[int], *, using: str | None = None) -> list[int]:
     """Make scheduled or backed-off messages ready now. Returns the ids moved."""
     return list(db.value("run_now", {"ids": arguments.message_ids(ids), **enqueue_params()}, using=using))
+
+
+def emit_event(key: str, payload: Any = None, *, using: str | None = None) -> bool:
+    """Emit the event ``key`` for durable handlers that wait for it (``message.wait``).
+
+    Runs in the caller's transaction: the waiting messages resume when it commits, and a
+    rollback resumes nothing. The first emit of a key wins: it is kept for
+    ``LONNYMQ_EVENT_RETENTION`` (a wait that comes later gets its payload at once), and a
+    later emit of the key meanwhile changes nothing and returns False. ``payload``: JSON, at
+    most 128 KiB as JSON text. docs/durable.md.
+    """
+    key = durable.check_key(key)
+    text = durable.json_text(payload, "payload")
+    params = {"key": key, "payload": text, "tolerance_ms": settings.ms("WAKE_TOLERANCE")}
+    woken = db.value("emit_event", params, using=using)
+    if woken and eager.enabled():
+        eager.after_emit(list(woken), db.alias(using))
+    return woken is not None
+
+
+async def aemit_event(key: str, payload: Any = None, *, using: str | None = None) -> bool:
+    """:func:`emit_event` for async code."""
+    return await sync_to_async(emit_event, thread_sensitive=True)(key, payload, using=using)
+
+
+def resume(ids: Iterable[int], *, using: str | None = None) -> list[int]:
+    """Resume suspended messages now: a pending sleep ends, a pending wait times out (its
+    ``message.wait`` returns None). Returns the ids made due. In eager mode they run."""
+    moved = list(db.value("resume", {"ids": arguments.message_ids(ids), **_tolerance()}, using=using))
+    if moved and eager.enabled():
+        eager.after_emit(moved, db.alias(using))
+    return moved
+
+
+def forget_steps(message_id: int, name: str, *, using: str | None = None) -> list[str]:
+    """ "Run again from step ``name``": forget that checkpoint of the message and every one
+    written after it, so the next run of its handler does them again. Returns the names."""
+    params = {"id": arguments.message_id("message_id", message_id), "name": durable.check_name(name)}
+    return list(db.value("forget_steps", params, using=using) or [])
+
+
+def suspended_counts(*, using: str | None = None) -> dict[str, int]:
+    """Suspended messages (a pending durable sleep or wait) per queue, on one database."""
+    return durable.suspended_counts(using=using)
+
+
+def _tolerance() -> dict[str, int]:
+    return {"tolerance_ms": settings.ms("WAKE_TOLERANCE")}
 
 
 def purge_channel(channel_id: int, *, using: str | None = None) -> int:

@@ -17,6 +17,7 @@ class LonnyMQConfig(AppConfig):
 
         from . import (
             checks,  # noqa: F401  (registers the checks)
+            durable,
             eager,
             schedules,
         )
@@ -26,6 +27,7 @@ class LonnyMQConfig(AppConfig):
 
         duties.register("schedules", schedules.worker_duty)
         duties.register_observer("tracing", TracingObserver)
+        duties.register("durable", durable.worker_duty)
         # A schedule created with the ORM (a shell, a fixture, a data migration) gets its first tick.
         pre_save.connect(schedules.first_tick_on_insert, dispatch_uid="django_lonnymq.schedule_first_tick")
 

@@ -69,3 +69,10 @@ MAX_STEP_INPUTS = 67_108_864
 MAX_WORKFLOW_STEPS = 50_000
 # A workflow's name, in characters.
 MAX_WORKFLOW_NAME = 200
+# Durable handlers (docs/durable.md): a step, sleep or wait name and an event key, in
+# characters; a step's result and an event's payload as JSON text (at most 6 times that
+# stored, under the schema's 1 MiB pg_column_size CHECKs); the longest sleep or wait timeout.
+MAX_STEP_NAME = 200
+MAX_EVENT_KEY = 200
+MAX_STEP_RESULT = 131_072
+MAX_SLEEP = timedelta(days=366)

@@ -72,6 +72,9 @@ DEFAULTS: dict[str, Any] = {
     # not created) for longer than this, is deleted by the workers' housekeeping; the next
     # enqueue into it creates it again. None: channels are kept until delete_channel.
     "CHANNEL_IDLE_PRUNE": timedelta(days=1),
+    # How long an event (api.emit_event) is kept for a wait that comes after it; later emits
+    # of its key change nothing meanwhile (first write wins). docs/durable.md.
+    "EVENT_RETENTION": timedelta(days=7),
     # How long a dedup key keeps refusing duplicates after its message was enqueued.
     "DEDUP_WINDOW": timedelta(days=1),
     # An enqueue wakes a channel (leaves a wake-up mark) only when its next turn is later

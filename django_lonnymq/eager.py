@@ -5,7 +5,8 @@ message is still written by the real SQL function and then processed on the call
 connection through the real dequeue, ack and fail functions, so retries, backoff counting
 and dead letters behave as with a worker; only the waiting is left out (a retry or a snooze
 runs again at once, a scheduled message runs at once; snoozes stay bounded by
-``LONNYMQ_MAX_SNOOZES``).
+``LONNYMQ_MAX_SNOOZES``; a durable sleep goes on at once unless ``testing.eager_sleeps()``
+says otherwise, and a durable wait resumes when the test emits its event).
 
 When it runs, as it would at a real commit:
 
@@ -36,6 +37,8 @@ from django.db import connections, transaction
 
 from . import db, jsontext
 from .conf import settings
+from .durable import Durable
+from .exceptions import Suspended
 from .message import Message, is_step, workflow_of
 
 logger = logging.getLogger("django_lonnymq.eager")
@@ -185,15 +188,39 @@ def _deliver(alias: str, handle: Any, queue: str, row: tuple[Any, ...]) -> str:
 
     signals = SignalObserver()
     message = outcomes.message_from_row(queue, row)
+    message._durable = Durable(alias, eager=True)
     if isinstance(message.payload, str):  # Django's connection leaves jsonb as text (JSONField decodes it)
         message.payload = jsontext.decode(message.payload)
     _workflow_inputs(message, alias)
     call = async_to_sync(handle) if is_async(handle) else handle
 
     def in_savepoint(message: Message) -> object:
-        # A savepoint: a failing handler's writes go, as its failed transaction would.
+        # A savepoint: a failing handler's writes go, as its failed transaction would; but
+        # not its durable steps, which commit on their own with a worker: each checkpoint
+        # moves the savepoint past it.
+        failure: BaseException | None = None
         with transaction.atomic(using=alias):
-            return call(message)
+            savepoint = transaction.savepoint(using=alias)
+
+            def past_checkpoint() -> None:
+                nonlocal savepoint
+                transaction.savepoint_commit(savepoint, using=alias)
+                savepoint = transaction.savepoint(using=alias)
+
+            message._durable.on_checkpoint = past_checkpoint
+            try:
+                result = call(message)
+            except Suspended:
+                # A durable sleep or wait: the run ends suspended (message._suspended_on).
+                result = None
+            except BaseException as exc:
+                transaction.savepoint_rollback(savepoint, using=alias)
+                failure = exc
+            else:
+                transaction.savepoint_commit(savepoint, using=alias)
+        if failure is not None:
+            raise failure
+        return result
 
     refused = outcomes.refused(message)
     if refused is None:
@@ -214,6 +241,18 @@ def _deliver(alias: str, handle: Any, queue: str, row: tuple[Any, ...]) -> str:
         signals.acked(message)
         return "ack"
     tolerance_ms = settings.ms("WAKE_TOLERANCE")
+    if outcome.action == "suspend":
+        # A durable wait (or a sleep under testing.eager_sleeps(real=True)): the message stays
+        # suspended; an emit_event (or testing.resume) runs it again.
+        result = str(
+            db.value("suspend", outcomes.suspend_params(outcome, tolerance_ms=tolerance_ms), using=alias)
+        )
+        if result == "suspended":
+            signals.suspended(message)
+            return result
+        outcome.action, outcome.error = "cancelled", "cancelled while suspending"
+        signals.dead(outcome)
+        return result
     if outcome.action == "snooze":
         # Bounded as in a worker: an endless snoozer ends in failures, then dead.
         max_snoozes = settings.MAX_SNOOZES
@@ -252,3 +291,17 @@ def _workflow_inputs(message: Message, alias: str) -> None:
             message._inputs_too_large = inputs_bytes
         else:
             message.parent_outputs = jsontext.decode(outputs) if isinstance(outputs, str) else dict(outputs)
+
+
+def after_emit(ids: Sequence[int], alias: str) -> None:
+    """Run the waiting messages an emit woke, where the emitter's commit would be."""
+    if ids:
+        when_committed(functools.partial(_run_woken, list(ids), alias), alias)
+
+
+def _run_woken(ids: list[int], alias: str) -> None:
+    by_queue: dict[str, list[int]] = {}
+    for queue, message_id in db.rows("message_queues", {"ids": ids}, using=alias):
+        by_queue.setdefault(queue, []).append(message_id)
+    for queue, queue_ids in by_queue.items():
+        run(queue, queue_ids, alias)

@@ -229,6 +229,38 @@ class WorkflowCancelled(LonnyMQError):
     step ran: the result ends ``FAILED`` with this error (the task never runs)."""
 
 
+class DuplicateStep(InvalidArgument):
+    """A handler used one step, sleep or wait name twice in one run (docs/durable.md: a loop
+    gives each item a name of its own)."""
+
+    def __init__(self, name: str):
+        super().__init__(
+            "name",
+            "must be unique within one run of the handler",
+            name,
+            message=f"step name {name!r} was already used in this run: give each step, sleep and "
+            "wait of a run its own name (in a loop, a name per item)",
+        )
+
+
+class NotInHandler(LonnyMQError):
+    """``step``, ``sleep`` or ``wait`` called on a message no worker or eager mode delivered."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "message.step, sleep and wait work only inside a handler run by a worker or by eager mode"
+        )
+
+
+class Suspended(BaseException):  # noqa: N818 - like Interrupted: a handler's except Exception must not swallow it
+    """A durable sleep or wait ends the run here: the message is suspended (given back, no
+    attempt spent) and its handler runs again from the top later (docs/durable.md)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        super().__init__(f"suspended at {name!r}")
+
+
 class Retry(Exception):  # noqa: N818 - a request, not an error
     """Raise from a handler to retry the message after ``delay`` (counts as an attempt).
 

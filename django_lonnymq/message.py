@@ -10,7 +10,7 @@ from uuid import UUID
 
 from .bounds import MAX_LEASE
 from .durations import duration_ms
-from .exceptions import InvalidArgument
+from .exceptions import InvalidArgument, NotInHandler
 
 # A step's message carries this dedup key prefix and its workflow id: how a worker tells a
 # step from a plain message without asking the database.
@@ -87,6 +87,10 @@ class Message:
     # A step whose parents' outputs take more than bounds.MAX_STEP_INPUTS bytes: their size
     # (its inputs were not built; it is dead-lettered without running).
     _inputs_too_large: int | None = field(default=None, repr=False, compare=False)
+    # Durable handlers (django_lonnymq.durable.Durable): set by the worker and eager mode; the
+    # name of the sleep or wait that suspended this run, if one did.
+    _durable: Any = field(default=None, repr=False, compare=False)
+    _suspended_on: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def scheduled_at(self) -> datetime | None:
@@ -117,3 +121,48 @@ class Message:
         from asgiref.sync import sync_to_async
 
         await sync_to_async(self.extend_lease, thread_sensitive=True)(duration)
+
+    # -- durable handlers (docs/durable.md) ----------------------------------------------
+
+    def _runner(self) -> Any:
+        if self._durable is None:
+            raise NotInHandler()
+        return self._durable
+
+    def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` once for this message, across attempts and restarts.
+
+        ``fn`` runs in ``transaction.atomic()`` on the queue's database and its JSON result
+        is checkpointed in that transaction; a later run of the handler gets the stored
+        result (decoded from JSON) without calling ``fn``. Names are unique within a run.
+        """
+        return self._runner().step(self, name, fn, args, kwargs)
+
+    def sleep(self, name: str, delay: timedelta | float) -> None:
+        """Suspend the message for ``delay`` (at most 366 days), giving its thread and slot
+        back; the handler then runs again from the top and this call returns."""
+        self._runner().sleep(self, name, delay)
+
+    def wait(self, name: str, key: str, timeout: timedelta | float | None = None) -> Any:
+        """The payload of the event ``key`` (``api.emit_event``), suspending the message
+        until it comes; ``None`` when ``timeout`` passes first."""
+        return self._runner().wait(self, name, key, timeout)
+
+    async def astep(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """:meth:`step` for an ``async def`` handler (``fn`` is a plain function, run on
+        Django's ORM thread)."""
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(self.step, thread_sensitive=True)(name, fn, *args, **kwargs)
+
+    async def asleep(self, name: str, delay: timedelta | float) -> None:
+        """:meth:`sleep` for an ``async def`` handler."""
+        from asgiref.sync import sync_to_async
+
+        await sync_to_async(self.sleep, thread_sensitive=True)(name, delay)
+
+    async def await_event(self, name: str, key: str, timeout: timedelta | float | None = None) -> Any:
+        """:meth:`wait` for an ``async def`` handler."""
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(self.wait, thread_sensitive=True)(name, key, timeout)

@@ -75,6 +75,16 @@ def lonnymq_eager(db: None) -> Iterator[None]:
 
 
 @pytest.fixture
+def lonnymq_real_sleeps(lonnymq_eager: None) -> Iterator[None]:
+    """Eager mode in which durable sleeps suspend their message, as a worker's do, until
+    ``django_lonnymq.testing.resume(id)``; waits resume on ``api.emit_event``."""
+    from .testing import eager_sleeps
+
+    with eager_sleeps():
+        yield
+
+
+@pytest.fixture
 def lonnymq_drain(transactional_db: None) -> Callable[..., Stats]:
     """``drain(*queues, concurrency=1, batch_size=None, using=None)``: run the real worker
     in-process until ``queues`` (every queue with messages when none is named) hold nothing

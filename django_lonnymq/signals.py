@@ -34,7 +34,7 @@ logger = logging.getLogger("django_lonnymq.signals")
 # What a run came to (message_finished's ``outcome``). "dead": in the dead letters, whatever
 # the reason; "timed_out" and "cancelled": interrupted and due again; "lease_lost": the lease
 # expired before the outcome could be recorded, so the message may run again.
-FINISHED = ("acked", "retried", "snoozed", "dead", "timed_out", "cancelled", "lease_lost")
+FINISHED = ("acked", "retried", "snoozed", "suspended", "dead", "timed_out", "cancelled", "lease_lost")
 
 message_started = Signal()
 message_finished = Signal()

@@ -82,6 +82,24 @@ def eager() -> Iterator[None]:
         yield
 
 
+@contextmanager
+def eager_sleeps() -> Iterator[None]:
+    """In eager mode a durable ``message.sleep`` goes on at once; inside this block it
+    suspends the message as a worker would, until :func:`resume` (or ``api.resume``)."""
+    from .durable import real_sleeps
+
+    with real_sleeps():
+        yield
+
+
+def resume(*ids: int, using: str | None = None) -> list[int]:
+    """Resume suspended messages now (a sleep ends, a wait times out); in eager mode they
+    run at once. ``api.emit_event`` resumes a wait with its event. Returns the ids resumed."""
+    from .api import resume as _resume
+
+    return _resume(ids, using=using)
+
+
 def enqueued(queue: str, *, channel: str | None = None, using: str | None = None) -> list[Message]:
     """Messages waiting or in flight in ``queue`` (optionally one channel), oldest first."""
     rows = (

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
-from .. import workflows
+from .. import durable, workflows
 from ..alarms import live_workers, paused_queues
 from ..models import QueueSample
 from ..routing import databases_of
@@ -96,6 +96,16 @@ class QueueCollector:
         for queue in sorted({sample.queue for sample in samples} | paused):
             queue_paused.add_metric([queue], 1 if queue in paused else 0)
         yield queue_paused
+        suspended = GaugeMetricFamily(
+            "lonnymq_suspended_messages",
+            "Messages of durable handlers suspended in a sleep or a wait (docs/durable.md); they "
+            "also count as scheduled.",
+            labels=["queue"],
+        )
+        for alias in aliases:
+            for queue, n in sorted(durable.suspended_counts(using=alias).items()):
+                suspended.add_metric([queue], n)
+        yield suspended
         # Exposed as lonnymq_released_total. The sum falls when a channel is deleted by hand
         # (pruned channels keep their count), which Prometheus reads as a counter reset
         # (see docs/admin.md).

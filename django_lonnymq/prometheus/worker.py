@@ -120,6 +120,9 @@ class WorkerMetrics(Observer):
     def snoozed(self, message: Message) -> None:
         self.count(message.queue, "snoozed")
 
+    def suspended(self, message: Message) -> None:
+        self.count(message.queue, "suspended")
+
     def dead(self, outcome: Outcome) -> None:
         self.count(outcome.message.queue, "dead")
 

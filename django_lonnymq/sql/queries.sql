@@ -390,3 +390,51 @@ SELECT queue, channel, problem, detail FROM lonnymq_workflow_check_v1() ORDER BY
 -- The dead steps of a workflow (their messages are in the dead-letter table).
 SELECT s.id FROM lonnymq_workflow_step s JOIN lonnymq_dead_message d ON d.id = s.id
  WHERE s.workflow_id = %(id)s::bigint AND s.state = 'dead' ORDER BY s.id
+
+-- name: step_get
+-- A message's checkpoint of that name, if any: kind, result (JSON text), done.
+SELECT s.kind, s.result::text, s.done FROM lonnymq_step s WHERE s.message_id = %(id)s::bigint AND s.name = %(name)s::text
+
+-- name: step_save
+SELECT lonnymq_step_save_v1(%(id)s::bigint, %(token)s::uuid, %(name)s::text, %(result)s::jsonb)
+
+-- name: durable_pause
+SELECT p.state, p.result::text, p.until_ms
+  FROM lonnymq_durable_pause_v1(%(id)s::bigint, %(token)s::uuid, %(name)s::text, %(key)s::text, %(delay_ms)s::bigint) p
+
+-- name: suspend
+-- Returns suspended | dead (the message was cancelled while it ran).
+SELECT lonnymq_suspend_v1(%(id)s::bigint, %(token)s::uuid, %(name)s::text, %(tolerance_ms)s::bigint)
+
+-- name: emit_event
+-- The ids of the waiting messages woken; NULL when the key was emitted already.
+SELECT lonnymq_emit_event_v1(%(key)s::text, %(payload)s::jsonb, %(tolerance_ms)s::bigint)
+
+-- name: resume
+SELECT lonnymq_resume_v1(%(ids)s::bigint[], %(tolerance_ms)s::bigint)
+
+-- name: forget_steps
+SELECT lonnymq_forget_steps_v1(%(id)s::bigint, %(name)s::text)
+
+-- name: durable_prune
+SELECT lonnymq_durable_prune_v1(%(event_retention_ms)s::bigint, %(limit)s::integer)
+
+-- name: message_steps
+-- The admin: a message's checkpoints in order, each result cut to `chars` characters.
+SELECT s.name, s.kind, s.created_at, pg_catalog.left(s.result::text, %(chars)s::integer),
+       pg_catalog.octet_length(s.result::text), s.event_key, s.until_ms, s.done
+  FROM lonnymq_step s WHERE s.message_id = %(id)s::bigint ORDER BY s.created_at, s.name
+
+-- name: message_queues
+-- The queue of each of these messages (eager mode runs the messages an emit woke).
+SELECT c.queue, m.id FROM lonnymq_message m JOIN lonnymq_channel c ON c.id = m.channel_id
+ WHERE m.id = ANY (%(ids)s::bigint[]) ORDER BY c.queue, m.id
+
+-- name: suspended_counts
+-- Suspended messages per queue: waiting (not leased) with a pending sleep or wait.
+SELECT c.queue, pg_catalog.count(DISTINCT s.message_id)
+  FROM lonnymq_step s
+  JOIN lonnymq_message m ON m.id = s.message_id AND m.lease_until IS NULL
+  JOIN lonnymq_channel c ON c.id = m.channel_id
+ WHERE s.kind <> 'step' AND NOT s.done
+ GROUP BY c.queue ORDER BY c.queue

@@ -20,7 +20,7 @@ from ..message import Message
 from .connection import DB_ERRORS, STATEMENT_ERRORS, ControlConnection, describe_failure, root_error
 from .held import Held
 from .observer import Observers
-from .outcomes import Outcome, fail_params, snooze_params, snoozed_too_often
+from .outcomes import Outcome, fail_params, snooze_params, snoozed_too_often, suspend_params
 from .stats import Stats
 from .waiting import Waiter
 
@@ -181,7 +181,14 @@ class Completion:
         base_ms, max_ms = settings.ms("RETRY_BACKOFF_BASE"), settings.ms("RETRY_BACKOFF_MAX")
         tolerance_ms = settings.ms("WAKE_TOLERANCE")
         try:
-            if outcome.action == "snooze":
+            if outcome.action == "suspend":
+                result = self.connection.value("suspend", suspend_params(outcome, tolerance_ms=tolerance_ms))
+                if result == "suspended":
+                    self.observers.suspended(message)
+                    return
+                outcome.error = "cancelled while suspending"  # buried as cancelled by lonnymq_suspend_v1
+                outcome.action = "cancelled"
+            elif outcome.action == "snooze":
                 max_snoozes = settings.MAX_SNOOZES
                 params = snooze_params(
                     outcome,

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..conf import settings
+from ..durable import Durable
 from ..message import Message, is_step, workflow_of
 from .completion import Completion
 from .connection import STATEMENT_ERRORS, ControlConnection, backoff, describe_failure
@@ -102,6 +103,8 @@ class Fetcher:
             messages = []
             for row in rows:
                 message = message_from_row(queue_name, row, extend)
+                # Steps, sleeps and waits run on Django's connection to the queue's database.
+                message._durable = Durable(self.leases.using)
                 if message.dedup_key is not None and message.dedup_key.startswith("lonnymq."):
                     workflow_inputs(message, row[10], row[11], row[12])
                 messages.append(message)

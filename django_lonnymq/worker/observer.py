@@ -40,6 +40,7 @@ EVENTS = (
     "acked",
     "retried",
     "snoozed",
+    "suspended",
     "dead",
     "timed_out",
     "cancelled",
@@ -71,6 +72,10 @@ class Observer:
     def snoozed(self, message: Message) -> None:
         """A snooze is recorded: the message waits again, no attempt spent (a snooze past
         ``LONNYMQ_MAX_SNOOZES`` is a failure instead: ``retried`` or ``dead``)."""
+
+    def suspended(self, message: Message) -> None:
+        """A durable sleep or wait is recorded: the message waits for its time or its event,
+        no attempt spent (django_lonnymq.durable)."""
 
     def dead(self, outcome: Outcome) -> None:
         """A failure is recorded and the message went to the dead letters."""
@@ -164,6 +169,9 @@ class Observers:
     def snoozed(self, message: Message) -> None:
         self._each("snoozed", message)
 
+    def suspended(self, message: Message) -> None:
+        self._each("suspended", message)
+
     def dead(self, outcome: Outcome) -> None:
         self._each("dead", outcome)
 
@@ -219,6 +227,10 @@ class LogObserver(Observer):
     def snoozed(self, message: Message) -> None:
         logger.info("message %s of %s/%s snoozed", message.id, message.queue, message.channel)
 
+    def suspended(self, message: Message) -> None:
+        logger.info("message %s of %s/%s suspended at %r", message.id, message.queue, message.channel,
+                    message._suspended_on)  # fmt: skip
+
     def lease_lost(self, message: Message) -> None:
         logger.warning(
             "lease on message %s expired before it finished; it may run again (raise --lease?)", message.id
@@ -257,6 +269,10 @@ class SignalObserver(Observer):
     def snoozed(self, message: Message) -> None:
         if signals.message_finished.receivers:
             signals.send(signals.message_finished, Message, message=message, outcome="snoozed", error=None)
+
+    def suspended(self, message: Message) -> None:
+        if signals.message_finished.receivers:
+            signals.send(signals.message_finished, Message, message=message, outcome="suspended", error=None)
 
     def dead(self, outcome: Outcome) -> None:
         if signals.message_dead.receivers:

@@ -4,6 +4,7 @@ A dequeued row becomes a :class:`~django_lonnymq.message.Message` (:func:`messag
 running its handler gives an :class:`Outcome` (:func:`run`): an ack, a retry (with the delay
 the handler asked for), a snooze, a discard, a failure, a timeout or a cancel;
 :func:`snooze_params` are the parameters of the ``snooze`` statement that records a snooze,
+:func:`suspend_params` those of the ``suspend`` statement that records a durable sleep or wait,
 :func:`fail_params` those of the ``fail`` statement that records the others.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 
 from .. import arguments, bounds
 from ..conf import to_ms
-from ..exceptions import Discard, Interrupted, InvalidArgument, Retry, Snooze
+from ..exceptions import Discard, Interrupted, InvalidArgument, Retry, Snooze, Suspended
 from ..jsontext import Undecodable, storable
 from ..message import Message
 from .running import TIMEOUT
@@ -41,7 +42,8 @@ class Outcome:
     """What a handler's run asks for: ack, retry (with optional delay), or discard."""
 
     message: Message
-    action: str  # "ack" | "fail" | "retry" | "snooze" | "discard" | "timeout" | "cancelled"
+    # "ack" | "fail" | "retry" | "snooze" | "suspend" | "discard" | "timeout" | "cancelled"
+    action: str
     error: str | None = None
     delay_ms: int | None = None
     # Sent once already when the connection dropped: that call may have committed.
@@ -151,6 +153,10 @@ def not_run(message: Message, result: object) -> Outcome | None:
 def acked(message: Message, result: object) -> Outcome:
     """A handler returned ``result``: an ack; a workflow step's output is the result as
     JSON, and an output that is not JSON or is over LONNYMQ_MAX_PAYLOAD_BYTES fails the run."""
+    if message._suspended_on is not None:
+        # A durable sleep or wait suspended the run, and the handler caught Suspended: the
+        # run still ends suspended (an ack would lose the rest of the handler).
+        return Outcome(message, "suspend")
     if message.step_name is None or result is None:
         return Outcome(message, "ack")
     try:
@@ -176,6 +182,8 @@ def outcome_of(message: Message, exc: BaseException) -> Outcome:
         return Outcome(message, "snooze", delay_ms=delay_ms)
     if isinstance(exc, Discard):
         return Outcome(message, "discard", error=exc.reason)
+    if isinstance(exc, Suspended) or (message._suspended_on is not None and isinstance(exc, Exception)):
+        return Outcome(message, "suspend")
     if not isinstance(exc, (Interrupted, asyncio.CancelledError)):  # logged by after_interrupt
         logger.warning(
             "message %s of %s failed on attempt %d: %s",
@@ -246,6 +254,17 @@ def snooze_params(
         "max_snoozes": max_snoozes,
         "backoff_base_ms": backoff_base_ms,
         "backoff_max_ms": backoff_max_ms,
+        "tolerance_ms": tolerance_ms,
+    }
+
+
+def suspend_params(outcome: Outcome, *, tolerance_ms: int) -> dict[str, Any]:
+    """The ``suspend`` statement's parameters: the run stopped at the sleep or wait
+    ``message._suspended_on`` (django_lonnymq.durable)."""
+    return {
+        "id": outcome.message.id,
+        "token": str(outcome.message.lease_token),
+        "name": outcome.message._suspended_on,
         "tolerance_ms": tolerance_ms,
     }
 

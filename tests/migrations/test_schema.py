@@ -111,6 +111,8 @@ RELEASED = {
     "0043_cancelled_steps.down.sql": "9cc791a2eaddae83cd7952580f24b7ec0a4f913db5092a54652e93aa76c132bf",
     "0043_cancelled_steps.up.sql": "f930633f51c26dc78228c24bf4114ab49e11110b8e80d765d453f4d4e0858af0",
     "0044_one_single_enqueue.up.sql": "72a952b89b60ab39b98f6b1e0922e173e151afd68ceafbdb7553d2b56bf12bb8",
+    "0045_durable_handlers.down.sql": "c065a0858bdc7888eea33d4b981c26723771afcbd138fb4ed0bbf9a345e66568",
+    "0045_durable_handlers.up.sql": "4023f03417a58d33a041d84a8cff2df6e9c71a81a08bbc73be75b858a088d8a6",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

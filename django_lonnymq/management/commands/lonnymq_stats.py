@@ -22,7 +22,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from django_lonnymq import workflows
+from django_lonnymq import durable, workflows
 from django_lonnymq.alarms import paused_queues
 from django_lonnymq.figures import (
     RATE_WINDOW,
@@ -133,14 +133,31 @@ class Command(BaseCommand):
         for alias in aliases:
             for state, n in workflows.counts(using=alias).items():
                 flows[state] = flows.get(state, 0) + n
+        # Durable handlers' suspended messages (docs/durable.md); they count as scheduled too.
+        suspended: dict[str, int] = {}
+        for alias in aliases:
+            for queue, n in durable.suspended_counts(using=alias).items():
+                if not options["queues"] or queue in options["queues"]:
+                    suspended[queue] = suspended.get(queue, 0) + n
         if options["json"]:
             self.stdout.write(
-                json.dumps({"at": timezone.now().isoformat(), "queues": rows, "workflows": flows})
+                json.dumps(
+                    {
+                        "at": timezone.now().isoformat(),
+                        "queues": rows,
+                        "workflows": flows,
+                        "suspended": suspended,
+                    }
+                )
             )
         else:
             self.stdout.write(self._table(rows))
             if any(flows.values()):
                 self.stdout.write("Workflows: " + ", ".join(f"{n:,} {state}" for state, n in flows.items()))
+            if suspended:
+                self.stdout.write(
+                    "Suspended: " + ", ".join(f"{n:,} {queue}" for queue, n in sorted(suspended.items()))
+                )
 
     def _rows(self, options: dict[str, Any], alias: str) -> list[dict[str, Any]]:
         wanted = options["queues"]

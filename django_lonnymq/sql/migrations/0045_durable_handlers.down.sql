@@ -1,0 +1,11 @@
+DROP FUNCTION lonnymq_durable_prune_v1(bigint, integer);
+DROP FUNCTION lonnymq_forget_steps_v1(bigint, text);
+DROP FUNCTION lonnymq_resume_v1(bigint[], bigint);
+DROP FUNCTION lonnymq_emit_event_v1(text, jsonb, bigint);
+DROP FUNCTION lonnymq_suspend_v1(bigint, uuid, text, bigint);
+DROP FUNCTION lonnymq_durable_pause_v1(bigint, uuid, text, text, bigint);
+DROP FUNCTION lonnymq_step_save_v1(bigint, uuid, text, jsonb);
+DROP FUNCTION lonnymq_check_step_name_v1(text, text);
+DROP FUNCTION lonnymq_event_lock_ns_v1();
+DROP TABLE lonnymq_event;
+DROP TABLE lonnymq_step;

@@ -1,0 +1,5 @@
+"""tests.worker_settings plus the durable handlers (handlers_durable)."""
+
+from tests.worker_settings import *  # noqa: F403
+
+LONNYMQ_HANDLER_MODULES = ["tests.acceptance.handlers_durable"]
