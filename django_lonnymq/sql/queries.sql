@@ -390,3 +390,7 @@ SELECT queue, channel, problem, detail FROM lonnymq_workflow_check_v1() ORDER BY
 -- The dead steps of a workflow (their messages are in the dead-letter table).
 SELECT s.id FROM lonnymq_workflow_step s JOIN lonnymq_dead_message d ON d.id = s.id
  WHERE s.workflow_id = %(id)s::bigint AND s.state = 'dead' ORDER BY s.id
+
+-- name: consume
+-- Take tokens of a channel's token bucket for work done outside a job (api.consume).
+SELECT ok, retry_after_ms FROM lonnymq_consume_v1(%(queue)s::text, %(channel)s::text, %(tokens)s::integer)

@@ -111,6 +111,8 @@ RELEASED = {
     "0043_cancelled_steps.down.sql": "9cc791a2eaddae83cd7952580f24b7ec0a4f913db5092a54652e93aa76c132bf",
     "0043_cancelled_steps.up.sql": "f930633f51c26dc78228c24bf4114ab49e11110b8e80d765d453f4d4e0858af0",
     "0044_one_single_enqueue.up.sql": "72a952b89b60ab39b98f6b1e0922e173e151afd68ceafbdb7553d2b56bf12bb8",
+    "0045_consume.down.sql": "56af724775696f774639331cfcf54282c23b7ca957779c3496a49d6dd61a5231",
+    "0045_consume.up.sql": "f839f9be69e5b394b43633675c6c7fe1c52f4866225925d2775c75b659c31b8d",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
