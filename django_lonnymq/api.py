@@ -24,6 +24,7 @@ from .arguments import now_ms  # noqa: F401 - api.now_ms() is part of the API
 from .conf import enqueue_params, settings
 from .durations import duration_ms
 from .exceptions import InvalidArgument
+from .limits import Consumed, consume, rate_limited  # noqa: F401 - api.consume() is part of the API
 from .message import is_step, workflow_of
 from .rates import Rate
 from .routing import queue_database, refuse_cross_database

@@ -438,3 +438,7 @@ SELECT c.queue, pg_catalog.count(DISTINCT s.message_id)
   JOIN lonnymq_channel c ON c.id = m.channel_id
  WHERE s.kind <> 'step' AND NOT s.done
  GROUP BY c.queue ORDER BY c.queue
+
+-- name: consume
+-- Take tokens of a channel's token bucket for work done outside a job (api.consume).
+SELECT ok, retry_after_ms FROM lonnymq_consume_v1(%(queue)s::text, %(channel)s::text, %(tokens)s::integer)

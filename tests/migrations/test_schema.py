@@ -113,6 +113,8 @@ RELEASED = {
     "0044_one_single_enqueue.up.sql": "72a952b89b60ab39b98f6b1e0922e173e151afd68ceafbdb7553d2b56bf12bb8",
     "0045_durable_handlers.down.sql": "c065a0858bdc7888eea33d4b981c26723771afcbd138fb4ed0bbf9a345e66568",
     "0045_durable_handlers.up.sql": "4023f03417a58d33a041d84a8cff2df6e9c71a81a08bbc73be75b858a088d8a6",
+    "0046_consume.down.sql": "a230ddb412dde194f3f987f4228c281df0ffb1d0f1b540d4fb57a0c6f16ad0c3",
+    "0046_consume.up.sql": "f839f9be69e5b394b43633675c6c7fe1c52f4866225925d2775c75b659c31b8d",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
