@@ -114,7 +114,7 @@ RELEASED = {
     "0045_durable_handlers.down.sql": "c065a0858bdc7888eea33d4b981c26723771afcbd138fb4ed0bbf9a345e66568",
     "0045_durable_handlers.up.sql": "4023f03417a58d33a041d84a8cff2df6e9c71a81a08bbc73be75b858a088d8a6",
     "0046_consume.down.sql": "a230ddb412dde194f3f987f4228c281df0ffb1d0f1b540d4fb57a0c6f16ad0c3",
-    "0046_consume.up.sql": "f839f9be69e5b394b43633675c6c7fe1c52f4866225925d2775c75b659c31b8d",
+    "0046_consume.up.sql": "8ba51c1d814608ac21878286a7710c15c135fbde6d41d470df021ccb9457c683",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

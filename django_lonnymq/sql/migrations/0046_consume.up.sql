@@ -1,7 +1,7 @@
 -- Frozen history: what this migration ran when it was released (a test pins this file).
 -- The live definition of every table and function is in ../schema.sql.
 --
--- django-lonnymq 0045: api.consume(), the channel's token bucket spent outside jobs.
+-- django-lonnymq 0046: api.consume(), the channel's token bucket spent outside jobs.
 SELECT pg_catalog.set_config('search_path',
                              pg_catalog.quote_ident(pg_catalog.current_schema()) || ', pg_temp', true);
 
