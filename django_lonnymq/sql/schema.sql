@@ -5273,16 +5273,6 @@ $$;
 -- writes), while the caller still holds the message's lease: a worker that lost its lease
 -- commits nothing of the step. A name already checkpointed is refused (LQ001).
 CREATE FUNCTION lonnymq_step_save_v1(p_id bigint, p_token uuid, p_name text, p_result jsonb) RETURNS void
-
--- Take p_tokens tokens of a channel's token bucket for work done outside a job (a web
--- request of the same tenant), so that jobs and callers spend one budget. The bucket is the
--- one lonnymq_dequeue_v1 refills and spends, read with the same formula under the same row
--- lock: all or nothing. Taken, the channel's bucket and next turn move as after a release;
--- refused, nothing is written and retry_after_ms says when the tokens will be there (if no
--- job takes them first). The queue-wide bucket is not spent: it limits what the workers
--- release, not the tenant's budget (docs/limits-and-progress.md).
-CREATE FUNCTION lonnymq_consume_v1(p_queue text, p_channel text, p_tokens integer)
-RETURNS TABLE (ok boolean, retry_after_ms bigint)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
@@ -5559,7 +5549,22 @@ BEGIN
                              LIMIT p_limit);
     GET DIAGNOSTICS v_steps = ROW_COUNT;
     RETURN v_events + v_steps;
+END
+$$;
 
+-- Take p_tokens tokens of a channel's token bucket for work done outside a job (a web
+-- request of the same tenant), so that jobs and callers spend one budget. The bucket is the
+-- one lonnymq_dequeue_v1 refills and spends, read with the same formula under the same row
+-- lock: all or nothing. Taken, the channel's bucket and next turn move as after a release;
+-- refused, nothing is written and retry_after_ms says when the tokens will be there (if no
+-- job takes them first). The queue-wide bucket is not spent: it limits what the workers
+-- release, not the tenant's budget (docs/limits-and-progress.md).
+CREATE FUNCTION lonnymq_consume_v1(p_queue text, p_channel text, p_tokens integer)
+RETURNS TABLE (ok boolean, retry_after_ms bigint)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
     v_c     lonnymq_channel%ROWTYPE;
     v_now   bigint;
     v_full  bigint;
