@@ -133,8 +133,7 @@ def enqueue_many(
     """
     arguments.queue(queue)
     arguments.channel(channel)
-    if not isinstance(on_duplicate, str) or on_duplicate not in arguments.ON_DUPLICATE:
-        raise InvalidArgument("on_duplicate", "must be skip, replace or update", on_duplicate)
+    arguments.default_on_duplicate(on_duplicate)
     arguments.collection("items", items, "items")
     using = queue_database(queue, using)
     default_attempts = _max_attempts("max_attempts", max_attempts)
@@ -158,18 +157,15 @@ def enqueue_many(
         item_run_at = item.run_at if item.run_at is not None or item.delay is not None else run_at
         item_delay = item.delay if item.run_at is not None or item.delay is not None else delay
         run_at_ms, delay_ms = arguments.when(item_run_at, item_delay, item_priority)
-        if item.dedup_key is not None:
-            arguments.dedup_key(item.dedup_key, f"{where}.dedup_key")
-        if item.on_duplicate is not None:
-            mode = arguments.on_duplicate(item.on_duplicate, item.dedup_key, f"{where}.on_duplicate")
-        else:
-            mode = on_duplicate if item.dedup_key is not None else "skip"
+        text, dedup, mode = arguments.batch_item(
+            where, item.payload, item.dedup_key, item.on_duplicate, on_duplicate
+        )
         channels.append(item_channel)
-        payloads.append(arguments.payload(item.payload, f"{where}.payload"))
+        payloads.append(text)
         run_ats.append(run_at_ms)
         delays.append(delay_ms)
         priorities.append(item_priority)
-        dedup_keys.append(item.dedup_key)
+        dedup_keys.append(dedup)
         modes.append(mode)
         attempts.append(
             default_attempts

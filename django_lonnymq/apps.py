@@ -1,6 +1,6 @@
-"""App config: registers the system checks and the workers' duties (the periodic schedules'
-ticks); eager mode turned on in the settings starts watching ``atomic()`` blocks before any
-opens (:func:`django_lonnymq.eager.watch_block_exits`)."""
+"""App config: registers the system checks, the workers' duties (the periodic schedules' ticks)
+and observers (the spans); eager mode turned on in the settings starts watching ``atomic()``
+blocks before any opens (:func:`django_lonnymq.eager.watch_block_exits`)."""
 
 from django.apps import AppConfig
 
@@ -21,9 +21,11 @@ class LonnyMQConfig(AppConfig):
             schedules,
         )
         from .conf import settings
+        from .tracing.worker import TracingObserver
         from .worker import duties
 
         duties.register("schedules", schedules.worker_duty)
+        duties.register_observer("tracing", TracingObserver)
         # A schedule created with the ORM (a shell, a fixture, a data migration) gets its first tick.
         pre_save.connect(schedules.first_tick_on_insert, dispatch_uid="django_lonnymq.schedule_first_tick")
 

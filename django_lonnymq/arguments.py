@@ -98,6 +98,29 @@ def on_duplicate(value: Any, key: str | None, field: str = "on_duplicate") -> st
     return value
 
 
+def default_on_duplicate(value: Any) -> str:
+    """A batch's ``on_duplicate``: the mode of its items that set a dedup key and no mode of
+    their own (so it needs no key of its own)."""
+    if not isinstance(value, str) or value not in ON_DUPLICATE:
+        raise InvalidArgument("on_duplicate", "must be skip, replace or update", value)
+    return value
+
+
+def batch_item(
+    where: str, payload_value: Any, dedup: str | None, mode: str | None, default_mode: str
+) -> tuple[str, str | None, str]:
+    """The checks every item of a batch (``enqueue_many``'s items, ``publish_many``'s events)
+    shares: its payload as JSON text, its dedup key, and its dedup mode (its own, else the
+    batch's when it has a key, else "skip"). ``where`` names the item (``items[3]``)."""
+    if dedup is not None:
+        dedup_key(dedup, f"{where}.dedup_key")
+    if mode is not None:
+        mode = on_duplicate(mode, dedup, f"{where}.on_duplicate")
+    else:
+        mode = default_mode if dedup is not None else "skip"
+    return payload(payload_value, f"{where}.payload"), dedup, mode
+
+
 def payload(value: Any, field: str = "payload", *, max_bytes: int | None = None) -> str:
     """``value`` as the JSON text the queue stores; ``max_bytes`` defaults to
     ``LONNYMQ_MAX_PAYLOAD_BYTES``. At most ``bounds.MAX_PAYLOAD_DEPTH`` levels deep (a

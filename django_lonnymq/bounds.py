@@ -14,8 +14,14 @@ from datetime import timedelta
 MAX_AHEAD = timedelta(days=36_525)
 # A release interval, the dashboard history kept, the dedup window: 366 days.
 MAX_INTERVAL = timedelta(days=366)
+# The same in milliseconds, as the schema's CHECKs write it.
+MAX_INTERVAL_MS = 31_622_400_000
 # A lease, a lease extension, a grace period: one day.
 MAX_LEASE = timedelta(days=1)
+# A worker's lease: at least one second.
+MIN_LEASE = timedelta(seconds=1)
+# A message's time (ms since the epoch): up to the last millisecond of the year 9999.
+MAX_EPOCH_MS = 253_402_300_799_999
 # Message and channel ids are bigint.
 MAX_ID = 2**63 - 1
 # Names, in characters.
@@ -38,6 +44,13 @@ MAX_SNOOZES = 1_000_000
 MAX_WEIGHT = 1000
 # Messages leased by one dequeue.
 MAX_BATCH = 10_000
+# A rate's count and burst ("N / period, burst B"; a period is at most MAX_INTERVAL).
+MAX_RATE_COUNT = 1_000_000
+MAX_RATE_BURST = 1_000_000
+# A periodic schedule: its interval (at least a second, at most MAX_INTERVAL) and the missed
+# ticks it enqueues after downtime.
+MIN_EVERY = timedelta(seconds=1)
+MAX_CATCH_UP = 1000
 # A concurrency cap (a PostgreSQL integer).
 MAX_INT4 = 2_147_483_647
 # How deep a payload may nest: the level of its deepest value, the root being level 0

@@ -16,8 +16,8 @@ from typing import Any
 from . import bounds
 from .exceptions import InvalidArgument
 
-MAX_COUNT = 1_000_000
-MAX_BURST = 1_000_000
+MAX_COUNT = bounds.MAX_RATE_COUNT
+MAX_BURST = bounds.MAX_RATE_BURST
 # A period is at most 366 days, as a release interval (bounds.MAX_INTERVAL).
 MAX_PERIOD = bounds.MAX_INTERVAL
 

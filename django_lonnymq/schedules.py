@@ -47,8 +47,8 @@ F = TypeVar("F")
 
 # Schedules claimed per transaction; a full batch makes the worker claim again at once.
 CLAIM_BATCH = 100
-MIN_EVERY = timedelta(seconds=1)
-MAX_CATCH_UP = 1000
+MIN_EVERY = bounds.MIN_EVERY
+MAX_CATCH_UP = bounds.MAX_CATCH_UP
 _BACKOFF_FIRST = 0.5
 _BACKOFF_MAX = 30.0
 

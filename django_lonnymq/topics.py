@@ -24,14 +24,13 @@ one call, as always. docs/scaling.md.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from . import arguments, bounds, db, eager, routing
 from .conf import enqueue_params, settings
-from .exceptions import InvalidArgument
 
 # (topic, queue) pairs declared with subscribe(), in declaration order.
 _declared: dict[tuple[str, str], None] = {}
@@ -121,12 +120,8 @@ def publish_many(
     is the mode of the events that set a ``dedup_key`` and no mode of their own.
     """
     check_topic(topic)
-    if not isinstance(on_duplicate, str) or on_duplicate not in arguments.ON_DUPLICATE:
-        raise InvalidArgument("on_duplicate", "must be skip, replace or update", on_duplicate)
-    if isinstance(events, (str, bytes, bytearray, Mapping, set, frozenset)) or not isinstance(
-        events, Iterable
-    ):
-        raise InvalidArgument("events", "must be a list, tuple or iterator of events", type(events).__name__)
+    arguments.default_on_duplicate(on_duplicate)
+    arguments.collection("events", events, "events")
     aliases = routing.databases_of(using)
     if key is not None:
         arguments.channel(key, "key")
@@ -142,16 +137,13 @@ def publish_many(
         if event_key is not None:
             arguments.channel(event_key, f"{where}.key")
         when = event.run_at if event.run_at is not None else run_at
-        if event.dedup_key is not None:
-            arguments.dedup_key(event.dedup_key, f"{where}.dedup_key")
-        if event.on_duplicate is not None:
-            mode = arguments.on_duplicate(event.on_duplicate, event.dedup_key, f"{where}.on_duplicate")
-        else:
-            mode = on_duplicate if event.dedup_key is not None else "skip"
+        text, dedup, mode = arguments.batch_item(
+            where, event.payload, event.dedup_key, event.on_duplicate, on_duplicate
+        )
         keys.append(event_key)
-        payloads.append(arguments.payload(event.payload, f"{where}.payload"))
+        payloads.append(text)
         run_ats.append(arguments.epoch_ms(f"{where}.run_at", when) if when is not None else None)
-        dedup_keys.append(event.dedup_key)
+        dedup_keys.append(dedup)
         modes.append(mode)
     if not payloads:
         return []

@@ -22,7 +22,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import urlencode
 
-from .. import alarms, api, db, workers, workflows
+from .. import alarms, api, db, workflows
 from ..conf import settings
 from ..exceptions import InvalidArgument
 from ..figures import (
@@ -34,6 +34,7 @@ from ..figures import (
     throughput,
 )
 from ..models import Channel, DeadMessage, QueueConfig, QueueSample
+from ..models import worker as workers
 from ..routing import queue_databases
 from ..sampling import count_cap
 from ..urlparams import storable

@@ -18,7 +18,7 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 
 from ..models import Worker
-from ..workers import with_state
+from ..models.worker import with_state
 from .common import DatabaseAdmin, when
 
 STATES = (("live", "live"), ("lost", "lost"), ("stopped", "stopped"))

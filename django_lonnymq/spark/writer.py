@@ -313,8 +313,8 @@ def _check_chunk(
             names.channel,
             "is null; every row needs a channel",
         )
-    if max(map(len, channels)) > 200 or min(map(len, channels)) < 1:
-        i = first(lambda r: not 1 <= len(r[0]) <= 200)
+    if max(map(len, channels)) > bounds.MAX_CHANNEL_NAME or min(map(len, channels)) < 1:
+        i = first(lambda r: not 1 <= len(r[0]) <= bounds.MAX_CHANNEL_NAME)
         raise _row_error(
             config,
             chunk,
@@ -322,7 +322,7 @@ def _check_chunk(
             offset,
             where,
             names.channel,
-            f"must be 1 to 200 characters, got {len(channels[i])}",
+            f"must be 1 to {bounds.MAX_CHANNEL_NAME} characters, got {len(channels[i])}",
         )
     if "\x00" in "".join(channels):
         raise _row_error(
@@ -414,8 +414,8 @@ def _check_chunk(
             names.dedup,
             "is null; every row needs a dedup key so a re-run cannot enqueue it twice",
         )
-    if max(map(len, keys)) > 200 or min(map(len, keys)) < 1:
-        i = first(lambda r: not 1 <= len(r[2]) <= 200)
+    if max(map(len, keys)) > bounds.MAX_DEDUP_KEY or min(map(len, keys)) < 1:
+        i = first(lambda r: not 1 <= len(r[2]) <= bounds.MAX_DEDUP_KEY)
         raise _row_error(
             config,
             chunk,
@@ -423,7 +423,7 @@ def _check_chunk(
             offset,
             where,
             names.dedup,
-            f"must be 1 to 200 characters as a dedup key, got {len(keys[i])}",
+            f"must be 1 to {bounds.MAX_DEDUP_KEY} characters as a dedup key, got {len(keys[i])}",
         )
 
 

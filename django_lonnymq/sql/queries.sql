@@ -68,11 +68,19 @@ SELECT m.ids FROM m
 -- dequeue (lonnymq_workflow_inputs_v2 takes its own snapshot); the rows keep the dequeue's
 -- order. A batch without steps never calls it (the
 -- filter on the ids comes first): the join costs it about 0.08 ms on a 3 ms dequeue of 50.
+-- The lease commits without waiting for its WAL flush (synchronous_commit off for this
+-- statement's transaction only): the handler starts 0.25-0.6 ms sooner, the whole gap in idle
+-- latency between the worker's synchronous_commit on and off (docs/performance.md). The
+-- worker's next commit with the setting on (the ack or failure of these messages, or any
+-- other) flushes the WAL up to it, so no outcome is ever recorded over a lease a crash could
+-- undo; the WAL writer flushes it within 200 ms otherwise (docs/failure-model.md).
 WITH d AS MATERIALIZED (
     SELECT d.id, d.channel, d.payload, d.attempts, d.max_attempts, d.priority, d.dedup_key, d.enqueued_at,
            d.lease_token, d.lease_until, d.ordinality
       FROM lonnymq_dequeue_v1(%(queue)s::text, %(batch_size)s::integer, %(lease_ms)s::bigint, %(worker)s::text,
                               %(tolerance_ms)s::bigint, 100::bigint) WITH ORDINALITY AS d
+), lease_commit AS MATERIALIZED (
+    SELECT pg_catalog.set_config('synchronous_commit', 'off', true) AS setting
 )
 SELECT d.id, d.channel, d.payload, d.attempts, d.max_attempts, d.priority, d.dedup_key, d.enqueued_at,
        d.lease_token, d.lease_until, i.name, i.outputs, i.inputs_bytes
@@ -81,6 +89,7 @@ SELECT d.id, d.channel, d.payload, d.attempts, d.max_attempts, d.priority, d.ded
                              WHERE pg_catalog.starts_with(x.dedup_key, 'lonnymq.step:')) s
                      CROSS JOIN LATERAL lonnymq_workflow_inputs_v2(s.ids) f
                      WHERE s.ids IS NOT NULL) i ON i.id = d.id
+ CROSS JOIN lease_commit
  ORDER BY d.ordinality
 
 -- name: next_due
@@ -112,17 +121,35 @@ SELECT lonnymq_reap_v1(%(limit)s::integer, %(dedup_window_ms)s::bigint, %(tolera
 
 -- name: vacuum_due
 -- The queue's churned tables (a channel row is rewritten by every release and its turn is
--- in the pick index, so no such update is HOT; wake-up marks are inserted and deleted) whose
--- dead row versions passed %(threshold)s plus a fifth of their live rows, and that this role
--- may vacuum (it owns them, or is a member of their owner's role). Read from the statistics
--- counters: no table is scanned.
-SELECT c.relname::text
-  FROM pg_catalog.pg_class c
- WHERE c.relname OPERATOR(pg_catalog.=) ANY (ARRAY['lonnymq_channel', 'lonnymq_wake']::name[])
-   AND c.relnamespace OPERATOR(pg_catalog.=) pg_catalog.current_schema()::regnamespace
-   AND pg_catalog.pg_stat_get_dead_tuples(c.oid)
+-- in the pick index, so no such update is HOT; wake-up marks are inserted and deleted; the
+-- messages, vacuumed by the workers only once a held horizon moves on) that this role may
+-- vacuum (it owns them, or is a member of their owner's role), with whether their dead row
+-- versions passed %(threshold)s plus a fifth of their live rows. Read from the statistics
+-- counters: no table is scanned. horizon: the oldest xmin or transaction id of this
+-- database's other sessions, WAL senders, prepared transactions and replication slots
+-- (what VACUUM may remove nothing after), as text: the worker compares it between looks to
+-- learn that a horizon holding VACUUM back has moved (horizon_holders lists the same).
+SELECT c.relname::text,
+       pg_catalog.pg_stat_get_dead_tuples(c.oid)
        OPERATOR(pg_catalog.>=) (%(threshold)s::bigint
-                                OPERATOR(pg_catalog.+) (pg_catalog.pg_stat_get_live_tuples(c.oid) OPERATOR(pg_catalog./) 5))
+                                OPERATOR(pg_catalog.+) (pg_catalog.pg_stat_get_live_tuples(c.oid) OPERATOR(pg_catalog./) 5)),
+       (SELECT (pg_catalog.array_agg(h.x ORDER BY pg_catalog.age(h.x) DESC))[1]::text
+          FROM (SELECT a.backend_xmin FROM pg_catalog.pg_stat_activity a
+                 WHERE (a.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()
+                        OR a.backend_type OPERATOR(pg_catalog.=) 'walsender')
+                   AND a.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid() AND a.backend_xmin IS NOT NULL
+                UNION ALL
+                SELECT a.backend_xid FROM pg_catalog.pg_stat_activity a
+                 WHERE a.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()
+                   AND a.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid() AND a.backend_xid IS NOT NULL
+                UNION ALL
+                SELECT p.transaction FROM pg_catalog.pg_prepared_xacts p
+                 WHERE p.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
+                UNION ALL
+                SELECT s.xmin FROM pg_catalog.pg_replication_slots s WHERE s.xmin IS NOT NULL) h(x))
+  FROM pg_catalog.pg_class c
+ WHERE c.relname OPERATOR(pg_catalog.=) ANY (ARRAY['lonnymq_channel', 'lonnymq_message', 'lonnymq_wake']::name[])
+   AND c.relnamespace OPERATOR(pg_catalog.=) pg_catalog.current_schema()::regnamespace
    AND pg_catalog.pg_has_role(c.relowner, 'USAGE')
  ORDER BY c.relname
 
@@ -133,6 +160,10 @@ VACUUM (SKIP_LOCKED) lonnymq_channel
 
 -- name: vacuum_wake
 VACUUM (SKIP_LOCKED) lonnymq_wake
+
+-- name: vacuum_message
+-- Only once a horizon that held VACUUM back has moved on (the worker's housekeeping).
+VACUUM (SKIP_LOCKED) lonnymq_message
 
 -- name: requeue_dead
 SELECT lonnymq_requeue_dead_v1(%(ids)s::bigint[], %(reset_attempts)s::boolean, %(tolerance_ms)s::bigint)

@@ -450,7 +450,7 @@ CREATE TABLE lonnymq_schedule (
     CONSTRAINT lonnymq_schedule_next_tick_range
         CHECK (next_tick_at IS NULL OR next_tick_at BETWEEN 0 AND 253402300799999),
     CONSTRAINT lonnymq_schedule_payload_size CHECK (pg_column_size(payload) <= 8388608),
-    -- No value deeper than level 100 (the root is level 0), as lonnymq_enqueue_v1 refuses.
+    -- No value deeper than level 100 (the root is level 0), as lonnymq_enqueue_v2 refuses.
     -- Not on lonnymq_message: a CHECK there would run at every lease update.
     CONSTRAINT lonnymq_schedule_payload_depth CHECK (NOT jsonb_path_exists(payload, 'strict $.**{101}'))
 ) WITH (
@@ -897,8 +897,8 @@ $$;
 -- READ the row lock itself fails (40001). The error is SQLSTATE 23503 naming
 -- lonnymq_message_channel_id_fkey, what the foreign key (dropped in 0036) raised: Python maps
 -- it to ChannelGone. The foreign key's own check and lock, without the index of every
--- message by channel that its other side needed. The single enqueues (lonnymq_enqueue_v1,
--- lonnymq_enqueue_v2, lonnymq_enqueue_task_keyed_v1) write its lock out and call it only
+-- message by channel that its other side needed. The single enqueues (lonnymq_enqueue_v2,
+-- lonnymq_enqueue_task_keyed_v1) write its lock out and call it only
 -- when the row is missing, to raise the error.
 CREATE FUNCTION lonnymq_hold_channels_v1(p_ids bigint[]) RETURNS void
 LANGUAGE plpgsql
@@ -913,80 +913,6 @@ BEGIN
         RAISE EXCEPTION 'a channel was deleted (pruned as idle) after this enqueue looked it up; nothing was enqueued: retry the transaction'
             USING ERRCODE = '23503', CONSTRAINT = 'lonnymq_message_channel_id_fkey';
     END IF;
-END
-$$;
-
-CREATE FUNCTION lonnymq_enqueue_v1(
-    p_queue             text,
-    p_channel           text,
-    p_payload           jsonb,
-    p_run_at_ms         bigint  DEFAULT NULL,
-    p_delay_ms          bigint  DEFAULT NULL,
-    p_priority          integer DEFAULT 0,
-    p_dedup_key         text    DEFAULT NULL,
-    p_max_attempts      integer DEFAULT 5,
-    p_priority_step_ms  bigint  DEFAULT 1000,
-    p_tolerance_ms      bigint  DEFAULT 50
-) RETURNS bigint
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_now        bigint := lonnymq_now_ms_v1();
-    v_dequeue_at bigint;
-    v_channel_id bigint;
-    v_id         bigint;
-BEGIN
-    IF p_payload IS NULL THEN
-        PERFORM lonnymq_raise_invalid_v1('payload', 'must not be null', NULL);
-    ELSIF pg_catalog.jsonb_path_exists(p_payload, 'strict $.**{101}'::jsonpath) THEN
-        PERFORM lonnymq_raise_too_deep_v1('payload'::text, p_payload);
-    END IF;
-    IF p_max_attempts IS NULL OR p_max_attempts NOT BETWEEN 1 AND 1000 THEN
-        PERFORM lonnymq_raise_invalid_v1('max_attempts', 'must be between 1 and 1000', p_max_attempts::text);
-    END IF;
-    IF p_dedup_key IS NOT NULL AND pg_catalog.char_length(p_dedup_key) NOT BETWEEN 1 AND 200 THEN
-        PERFORM lonnymq_raise_invalid_v1('dedup_key', 'must be 1 to 200 characters', pg_catalog.quote_literal(p_dedup_key));
-    END IF;
-    IF p_tolerance_ms IS NULL OR p_tolerance_ms NOT BETWEEN 0 AND 86400000 THEN
-        PERFORM lonnymq_check_range_v1('tolerance', p_tolerance_ms, 0::bigint, 86400000::bigint, false);
-    END IF;
-    v_dequeue_at := lonnymq_dequeue_at_v1(v_now, p_run_at_ms, p_delay_ms, p_priority, p_priority_step_ms);
-    v_channel_id := lonnymq_channel_id_v1(p_queue, p_channel);
-
-    -- "An enqueue into this channel is in flight": dequeuers will not park it meanwhile (its
-    -- lock, or its stripe's past the transaction's 64th channel lock).
-    PERFORM lonnymq_lock_channel_v1(v_channel_id);
-    -- No prune or delete_channel deletes its row until this transaction ends: the hold of
-    -- lonnymq_hold_channels_v1, written out (a call per enqueue costs more than the lock).
-    PERFORM 1 FROM lonnymq_channel c WHERE c.id = v_channel_id FOR KEY SHARE;
-    IF NOT FOUND THEN
-        PERFORM lonnymq_hold_channels_v1(ARRAY[v_channel_id]);  -- gone: raises ChannelGone
-    END IF;
-
-    IF p_dedup_key IS NOT NULL THEN
-        INSERT INTO lonnymq_dedup (channel_id, dedup_key, message_id)
-        VALUES (v_channel_id, p_dedup_key, pg_catalog.nextval('lonnymq_message_id_seq'))
-        ON CONFLICT (channel_id, dedup_key) DO NOTHING
-        RETURNING message_id INTO v_id;
-        IF v_id IS NULL THEN
-            SELECT message_id INTO v_id FROM lonnymq_dedup
-             WHERE channel_id = v_channel_id AND dedup_key = p_dedup_key;
-            IF v_id IS NULL THEN
-                RAISE EXCEPTION 'dedup key % was taken concurrently; retry the transaction', p_dedup_key
-                    USING ERRCODE = '40001';
-            END IF;
-            RETURN v_id;
-        END IF;
-    ELSE
-        v_id := pg_catalog.nextval('lonnymq_message_id_seq');
-    END IF;
-
-    INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key)
-    VALUES (v_id, v_channel_id, p_payload, v_dequeue_at, p_priority, p_max_attempts, p_dedup_key);
-
-    PERFORM lonnymq_mark_v1(p_queue, v_channel_id, v_dequeue_at, p_tolerance_ms);
-    RETURN v_id;
 END
 $$;
 
@@ -1078,9 +1004,10 @@ BEGIN
 END
 $$;
 
--- One message with a dedup mode (docs/flow-control.md): lonnymq_enqueue_v1 plus
--- p_on_duplicate, 'skip' (the key's first message stands: v1's behaviour), 'replace'
--- (debounce) or 'update' (throttle); see lonnymq_enqueue_keyed_v1. A mode other than 'skip'
+-- One message with a dedup mode (docs/flow-control.md): the one single enqueue (api.enqueue,
+-- a Django Task's message, a schedule's tick, a workflow's on_failure message). p_on_duplicate
+-- is 'skip' (the key's first message stands), 'replace' (debounce) or 'update' (throttle); see
+-- lonnymq_enqueue_keyed_v1. A mode other than 'skip'
 -- needs a dedup key. Returns the id of the message the enqueue created or changed.
 CREATE FUNCTION lonnymq_enqueue_v2(
     p_queue             text,
@@ -1490,8 +1417,8 @@ BEGIN
         PERFORM lonnymq_raise_invalid_v1('enqueued_at', 'must not be null', NULL);
     END IF;
 
-    v_id := lonnymq_enqueue_v1(p_queue, p_channel, p_payload, p_run_at_ms, NULL::bigint, p_priority, NULL::text,
-                               p_max_attempts, p_priority_step_ms, p_tolerance_ms);
+    v_id := lonnymq_enqueue_v2(p_queue, p_channel, p_payload, p_run_at_ms, NULL::bigint, p_priority, NULL::text,
+                               'skip'::text, p_max_attempts, p_priority_step_ms, p_tolerance_ms);
     INSERT INTO lonnymq_task_result (id, backend, task_path, queue, channel, message_id, status, args, kwargs,
                                      priority, run_after, enqueued_at)
     VALUES (p_payload OPERATOR(pg_catalog.->>) 'result_id'::text, p_payload OPERATOR(pg_catalog.->>) 'backend'::text,
@@ -3849,9 +3776,9 @@ BEGIN
         RETURN NULL;
     END IF;
     FOREACH v_tick IN ARRAY coalesce(p_ticks, '{}'::bigint[]) LOOP
-        v_ids := pg_catalog.array_append(v_ids, lonnymq_enqueue_v1(
+        v_ids := pg_catalog.array_append(v_ids, lonnymq_enqueue_v2(
             v_schedule.queue, v_schedule.channel, v_schedule.payload, v_tick, NULL::bigint, 0,
-            'lonnymq.periodic:' || v_schedule.id::text || ':' || v_tick::text,
+            'lonnymq.periodic:' || v_schedule.id::text || ':' || v_tick::text, 'skip'::text,
             coalesce(v_schedule.max_attempts, p_default_max_attempts), p_priority_step_ms, p_tolerance_ms));
     END LOOP;
     UPDATE lonnymq_schedule s
@@ -5117,10 +5044,10 @@ BEGIN
      WHERE w.id = v_workflow_id;
     IF v_w.on_failure_queue IS NOT NULL AND v_w.on_failure_message_id IS NULL THEN
         UPDATE lonnymq_workflow w
-           SET on_failure_message_id = lonnymq_enqueue_v1(
+           SET on_failure_message_id = lonnymq_enqueue_v2(
                    v_w.on_failure_queue, v_w.on_failure_channel, v_w.on_failure_payload, NULL::bigint,
                    NULL::bigint, 0, 'lonnymq.workflow_failed:' OPERATOR(pg_catalog.||) v_workflow_id::text,
-                   v_w.on_failure_max_attempts, 1000::bigint, 50::bigint)
+                   'skip'::text, v_w.on_failure_max_attempts, 1000::bigint, 50::bigint)
          WHERE w.id = v_workflow_id;
     END IF;
     RETURN NULL;

@@ -925,3 +925,85 @@ BEGIN
       FROM lonnymq_workflow_step s WHERE s.id = ANY (p_ids);
 END
 $$;
+
+
+-- ---------------------------------------------------------------------------------------
+-- One message (the SQL callers moved to _v2 in 0044)
+-- ---------------------------------------------------------------------------------------
+
+-- Superseded by lonnymq_enqueue_v2 (migration 0025_dedup_modes; its last callers, the task,
+-- schedule and workflow functions, moved to _v2 in 0044_one_single_enqueue).
+-- Kept for rolling deploys from 0.1.x; may be dropped in 0.3.0.
+CREATE FUNCTION lonnymq_enqueue_v1(
+    p_queue             text,
+    p_channel           text,
+    p_payload           jsonb,
+    p_run_at_ms         bigint  DEFAULT NULL,
+    p_delay_ms          bigint  DEFAULT NULL,
+    p_priority          integer DEFAULT 0,
+    p_dedup_key         text    DEFAULT NULL,
+    p_max_attempts      integer DEFAULT 5,
+    p_priority_step_ms  bigint  DEFAULT 1000,
+    p_tolerance_ms      bigint  DEFAULT 50
+) RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now        bigint := lonnymq_now_ms_v1();
+    v_dequeue_at bigint;
+    v_channel_id bigint;
+    v_id         bigint;
+BEGIN
+    IF p_payload IS NULL THEN
+        PERFORM lonnymq_raise_invalid_v1('payload', 'must not be null', NULL);
+    ELSIF pg_catalog.jsonb_path_exists(p_payload, 'strict $.**{101}'::jsonpath) THEN
+        PERFORM lonnymq_raise_too_deep_v1('payload'::text, p_payload);
+    END IF;
+    IF p_max_attempts IS NULL OR p_max_attempts NOT BETWEEN 1 AND 1000 THEN
+        PERFORM lonnymq_raise_invalid_v1('max_attempts', 'must be between 1 and 1000', p_max_attempts::text);
+    END IF;
+    IF p_dedup_key IS NOT NULL AND pg_catalog.char_length(p_dedup_key) NOT BETWEEN 1 AND 200 THEN
+        PERFORM lonnymq_raise_invalid_v1('dedup_key', 'must be 1 to 200 characters', pg_catalog.quote_literal(p_dedup_key));
+    END IF;
+    IF p_tolerance_ms IS NULL OR p_tolerance_ms NOT BETWEEN 0 AND 86400000 THEN
+        PERFORM lonnymq_check_range_v1('tolerance', p_tolerance_ms, 0::bigint, 86400000::bigint, false);
+    END IF;
+    v_dequeue_at := lonnymq_dequeue_at_v1(v_now, p_run_at_ms, p_delay_ms, p_priority, p_priority_step_ms);
+    v_channel_id := lonnymq_channel_id_v1(p_queue, p_channel);
+
+    -- "An enqueue into this channel is in flight": dequeuers will not park it meanwhile (its
+    -- lock, or its stripe's past the transaction's 64th channel lock).
+    PERFORM lonnymq_lock_channel_v1(v_channel_id);
+    -- No prune or delete_channel deletes its row until this transaction ends: the hold of
+    -- lonnymq_hold_channels_v1, written out (a call per enqueue costs more than the lock).
+    PERFORM 1 FROM lonnymq_channel c WHERE c.id = v_channel_id FOR KEY SHARE;
+    IF NOT FOUND THEN
+        PERFORM lonnymq_hold_channels_v1(ARRAY[v_channel_id]);  -- gone: raises ChannelGone
+    END IF;
+
+    IF p_dedup_key IS NOT NULL THEN
+        INSERT INTO lonnymq_dedup (channel_id, dedup_key, message_id)
+        VALUES (v_channel_id, p_dedup_key, pg_catalog.nextval('lonnymq_message_id_seq'))
+        ON CONFLICT (channel_id, dedup_key) DO NOTHING
+        RETURNING message_id INTO v_id;
+        IF v_id IS NULL THEN
+            SELECT message_id INTO v_id FROM lonnymq_dedup
+             WHERE channel_id = v_channel_id AND dedup_key = p_dedup_key;
+            IF v_id IS NULL THEN
+                RAISE EXCEPTION 'dedup key % was taken concurrently; retry the transaction', p_dedup_key
+                    USING ERRCODE = '40001';
+            END IF;
+            RETURN v_id;
+        END IF;
+    ELSE
+        v_id := pg_catalog.nextval('lonnymq_message_id_seq');
+    END IF;
+
+    INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key)
+    VALUES (v_id, v_channel_id, p_payload, v_dequeue_at, p_priority, p_max_attempts, p_dedup_key);
+
+    PERFORM lonnymq_mark_v1(p_queue, v_channel_id, v_dequeue_at, p_tolerance_ms);
+    RETURN v_id;
+END
+$$;

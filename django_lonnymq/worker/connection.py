@@ -17,10 +17,9 @@ import psycopg
 from django.db import connections
 from psycopg.types.json import set_json_loads
 
-from .. import db, jsontext
+from .. import arguments, bounds, db, jsontext
 from ..conf import SYNCHRONOUS_COMMIT_VALUES, settings
 from ..exceptions import LonnyMQError, SchemaMissing
-from ..workers import check_name
 from .stats import Stats
 
 logger = logging.getLogger("django_lonnymq.worker")
@@ -65,7 +64,9 @@ class ControlConnection:
 
     def __init__(self, using: str, name: str, stats: Stats, stopping: threading.Event):
         self.using = using
-        self.name = check_name(name)  # in application_name; renamed by the worker's row
+        self.name = arguments.name(
+            "name", name, bounds.MAX_WORKER_NAME
+        )  # in application_name; renamed by the worker's row
         self.stats = stats
         self.stopping = stopping
         self.conn: psycopg.Connection[Any] | None = None

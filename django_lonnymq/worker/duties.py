@@ -6,6 +6,10 @@ A factory gets the worker's queues, its poll interval and its database alias, an
 object whose ``run(conn)`` is called at each maintenance step on the control connection (a
 psycopg connection, or None while it reconnects). ``run`` keeps its own clock and should not
 raise: an error is logged, and a lost connection is passed on for the worker to reconnect.
+
+Observers come the same way: a feature that watches every worker's messages (the spans of
+:mod:`django_lonnymq.tracing.worker`) registers a factory that gets the worker's control
+connection and its held messages and returns an :class:`~django_lonnymq.worker.observer.Observer`.
 """
 
 from __future__ import annotations
@@ -32,3 +36,19 @@ def register(name: str, factory: DutyFactory) -> None:
 def build(queues: Sequence[str], poll_interval: float, using: str) -> list[tuple[str, Duty]]:
     """One duty of each registered feature for a worker serving ``queues`` on ``using``."""
     return [(name, factory(queues, poll_interval, using)) for name, factory in _factories.items()]
+
+
+ObserverFactory = Callable[[Any, Any], Any]
+
+_observer_factories: dict[str, ObserverFactory] = {}
+
+
+def register_observer(name: str, factory: ObserverFactory) -> None:
+    """Every worker built from now on attaches ``factory(connection, held)`` as an observer
+    (``name`` keeps one factory per feature: registering again replaces it)."""
+    _observer_factories[name] = factory
+
+
+def build_observers(connection: Any, held: Any) -> list[Any]:
+    """One observer of each registered feature for a worker's control connection and held messages."""
+    return [factory(connection, held) for factory in _observer_factories.values()]

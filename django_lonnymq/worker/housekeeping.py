@@ -208,25 +208,76 @@ class Vacuum:
     runs on the control connection (autocommit: VACUUM cannot run in a transaction) with
     SKIP_LOCKED, so two workers never queue for it. A role that may not vacuum the tables
     (it does not own them) is never asked to.
+
+    A held horizon (docs/performance.md, "A held snapshot"): while something holds the xmin
+    horizon back, a VACUUM removes none of the versions since, and the table stays due.
+    Repeating it every second read every dead version to remove none (37 times a cycle in
+    ``bench.horizon``), so a VACUUM that leaves its table due marks the horizon it ran under
+    as held: while that horizon stays, the tables wait, ``BACKOFF`` seconds doubling to
+    ``BACKOFF_MAX`` (a role that cannot see other roles' sessions reads no horizon, and only
+    the back-off brings it back). When the horizon moves on, every due table is vacuumed at
+    once, and the message table too (otherwise left to autovacuum) once a horizon that stood
+    ``HELD_LONG`` seconds moves on: the dead versions the held snapshot kept are all
+    removable then, and the first cycle after it runs at the free rate whether autovacuum
+    comes or not.
     """
 
     INTERVAL = 1.0
-    STATEMENTS = {"lonnymq_channel": "vacuum_channel", "lonnymq_wake": "vacuum_wake"}
+    # The message table is vacuumed once a horizon that stood this long (s) moves on: not
+    # after a producer's transaction of a few seconds (a bulk enqueue), whose VACUUM would
+    # only hold up this worker's fetches (it runs on the control connection).
+    HELD_LONG = 10.0
+    BACKOFF = 2.0
+    BACKOFF_MAX = 8.0
+    STATEMENTS = {
+        "lonnymq_channel": "vacuum_channel",
+        "lonnymq_wake": "vacuum_wake",
+        "lonnymq_message": "vacuum_message",
+    }
 
     def __init__(self, connection: ControlConnection):
         self.connection = connection
         self.next_at = 0.0
         self.vacuums = 0  # VACUUMs this worker ran
+        self.skipped = 0  # looks that found a table due and left it: the horizon still held
+        self.held: bool = False  # a VACUUM left its table due: the horizon was held
+        self.held_horizon: str | None = None  # the horizon it ran under
+        self.horizon: str | None = None  # the horizon of the last look
+        self.horizon_since = 0.0  # since when it stands
+        self.retry_at = 0.0
+        self.backoff = self.BACKOFF
+
+    def _due(self, threshold: int) -> tuple[list[str], str | None]:
+        rows = self.connection.quietly(
+            "read the tables' dead row versions", "vacuum_due", {"threshold": threshold}
+        )
+        return [table for table, due, _ in rows if due], (rows[0][2] if rows else None)
 
     def tick(self, now: float) -> None:
         threshold = settings.VACUUM_THRESHOLD
         if threshold is None or now < self.next_at:
             return
         self.next_at = now + self.INTERVAL
-        rows = self.connection.quietly(
-            "read the tables' dead row versions", "vacuum_due", {"threshold": threshold}
-        )
-        for (table,) in rows:
+        due, horizon = self._due(threshold)
+        moved = self.held and horizon != self.held_horizon
+        # A horizon that stood HELD_LONG moved on: what it kept in the message table is
+        # removable now (whether or not the channel table was ever due meanwhile: one busy
+        # channel leaves few dead channel versions and many dead messages).
+        passed = False
+        if horizon != self.horizon:
+            passed = self.horizon is not None and now - self.horizon_since >= self.HELD_LONG
+            self.horizon, self.horizon_since = horizon, now
+        if not passed:
+            # The message table is autovacuum's, but for the pass after a held horizon.
+            due = [table for table in due if table != "lonnymq_message"]
+        if not due:
+            self.held = False
+            return
+        if self.held and not moved and not passed and now < self.retry_at:
+            self.skipped += 1
+            return
+        vacuumed = []
+        for table in due:
             started = time.monotonic()
             try:
                 self.connection.run(self.STATEMENTS[table], prepare=False)
@@ -236,7 +287,18 @@ class Vacuum:
                 logger.warning("worker %s could not vacuum %s: %s", self.connection.name, table, exc)
                 continue
             self.vacuums += 1
+            vacuumed.append(table)
             logger.debug("vacuumed %s in %.0f ms", table, (time.monotonic() - started) * 1000)
+        still, _ = self._due(threshold)
+        if any(table in still for table in vacuumed):
+            if self.held and not moved:
+                self.backoff = min(self.backoff * 2, self.BACKOFF_MAX)
+            else:
+                self.backoff = self.BACKOFF
+            self.held, self.held_horizon = True, horizon
+            self.retry_at = now + self.backoff
+        else:
+            self.held = False
 
 
 class Presence:

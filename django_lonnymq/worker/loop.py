@@ -19,10 +19,12 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from ..bounds import MAX_BATCH, MIN_LEASE
 from ..conf import settings, to_ms
 from ..exceptions import InvalidArgument
 from ..registry import get_handler, is_async, timeout_of
 from ..routing import by_database
+from . import duties
 from .completion import Completion
 from .connection import STATEMENT_ERRORS, ControlConnection
 from .fetching import Fetcher
@@ -32,7 +34,6 @@ from .housekeeping import Housekeeping, Leases, Presence, Samples
 from .observer import LogObserver, Observers
 from .receivers import ReceiverThread
 from .running import Control
-from .spans import TracingObserver
 from .stats import Stats
 from .stopping import StopOnSignal
 from .waiting import Waiter
@@ -43,6 +44,7 @@ logger = logging.getLogger("django_lonnymq.worker")
 # finished handler or a notification before it fetches again (seconds): the first step of the
 # backoff after an empty fetch (Fetcher.idle_wait), so a message that becomes ready unnotified
 # (a delay or a rate's token coming due) waits no longer than it would after an empty fetch.
+MIN_LEASE_MS = int(MIN_LEASE.total_seconds() * 1000)
 SHORT_FETCH_WAIT = 0.005
 
 # The longest a leased message waits in a worker's local buffer (``batch_size`` above
@@ -82,12 +84,12 @@ class Worker(StopOnSignal):
         self.async_queues = {q for q, func in self.handlers.items() if is_async(func)}
         self.concurrency = concurrency
         self.batch_size = batch_size or concurrency
-        if not 1 <= self.batch_size <= 10_000:
-            raise InvalidArgument("batch_size", "must be between 1 and 10000", self.batch_size)
+        if not 1 <= self.batch_size <= MAX_BATCH:
+            raise InvalidArgument("batch_size", f"must be between 1 and {MAX_BATCH}", self.batch_size)
         # Messages held at once: running plus leased and waiting for a free handler thread.
         self.capacity = max(concurrency, self.batch_size)
         self.lease_ms = to_ms(lease) if lease is not None else settings.ms("LEASE")
-        if self.lease_ms < 1000:
+        if self.lease_ms < MIN_LEASE_MS:
             raise InvalidArgument("lease", "must be at least 1 second", lease)
         self.burst = burst
         self.max_messages = max_messages
@@ -114,7 +116,8 @@ class Worker(StopOnSignal):
         self.waiter = Waiter()
         self.observers = Observers(passes=self.connection.is_lost)
         self.observers.add(LogObserver())
-        self.observers.add(TracingObserver(self.connection, self.held))
+        for observer in duties.build_observers(self.connection, self.held):  # the spans, from ready()
+            self.observers.add(observer)
         # Signal receivers run on a thread of their own, not on this one (leases, acks).
         self.observers.add(ReceiverThread(drain_timeout=self.shutdown_timeout))
         if housekeeping:

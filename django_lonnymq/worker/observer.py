@@ -2,8 +2,8 @@
 
 An :class:`Observer` has one method per event, each doing nothing: a subclass overrides the
 events it needs and is attached with ``worker.observers.add(observer)``. The log lines
-(:class:`LogObserver`), the spans (``spans.TracingObserver``), the per-worker metrics
-(``metrics.WorkerMetrics``), the dashboard's samples (``housekeeping.Samples``) and the
+(:class:`LogObserver`), the spans (``django_lonnymq.tracing.worker``), the per-worker metrics
+(``django_lonnymq.prometheus.worker.WorkerMetrics``), the dashboard's samples (``housekeeping.Samples``) and the
 lifecycle signals (:class:`SignalObserver`, :mod:`django_lonnymq.signals`) are observers.
 An observer that raises is logged, never fatal (a lost database connection is passed on, for
 the worker to reconnect).

@@ -26,7 +26,7 @@ from .conftest import WorkerProc, describe, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 URL = re.compile(r"metrics on http://([^/]+):(\d+)/metrics")
-# The server drops a request not fully sent within this (worker/metrics.py REQUEST_TIMEOUT).
+# The server drops a request not fully sent within this (prometheus/worker.py REQUEST_TIMEOUT).
 REQUEST_TIMEOUT = 5
 
 

@@ -1,5 +1,18 @@
-"""The house keeps its shape: no import circle, leaf value types import no feature module,
-and one module runs SQL (docs/architecture.md draws the layers)."""
+"""The house keeps its shape: every layer rule docs/architecture.md states, checked on the
+import graph (every import counts: at the top, inside functions, under ``TYPE_CHECKING``).
+
+- no import circle;
+- each room (a module, or a subpackage as a whole) sits on one floor of :data:`FLOORS`, and
+  imports only rooms of its own floor or of floors below;
+- leaf value types import only each other and the settings;
+- one module runs SQL (and the Spark writer, its own connection);
+- the worker package reaches no feature module and imports none of its observers (spans,
+  metrics): they attach from outside;
+- the Spark producer imports no Django and, of the package, only what it names;
+- a management command imports no other command (shared helpers: management/options.py);
+- an admin page imports the admin's common parts, never another page (channels routes the
+  dashboard).
+"""
 
 from __future__ import annotations
 
@@ -90,7 +103,8 @@ def test_the_seam_exists_where_the_docs_say():
 # Feature modules: the worker package runs handlers and keeps leases; features hook into it
 # (worker/duties.py, the observers, signals), never the other way round.
 FEATURES = {
-    f"{PACKAGE}.{name}" for name in ("schedules", "tasks", "workflows", "topics", "api", "admin", "eager", "testing")
+    f"{PACKAGE}.{name}"
+    for name in ("schedules", "tasks", "workflows", "topics", "api", "admin", "eager", "testing")
 }
 
 
@@ -98,7 +112,9 @@ def test_the_worker_package_imports_no_feature_module():
     """Every import counted, function-level ones too: a feature module imported by the worker
     package (or by anything it imports, transitively) would tie the two together."""
     edges = graph()
-    worker_modules = {name for name in edges if name == f"{PACKAGE}.worker" or name.startswith(f"{PACKAGE}.worker.")}
+    worker_modules = {
+        name for name in edges if name == f"{PACKAGE}.worker" or name.startswith(f"{PACKAGE}.worker.")
+    }
     assert worker_modules, "the worker package is gone: update the test"
     seen, reaching = set(worker_modules), {}
     frontier = sorted(worker_modules)
@@ -112,3 +128,135 @@ def test_the_worker_package_imports_no_feature_module():
                 seen.add(target)
                 frontier.append(target)
     assert reaching == {}, f"the worker package reaches feature modules: {reaching} (importer: imported)"
+
+
+# The floors of docs/architecture.md ("The layers"), top to bottom. A room is a top-level module
+# or a subpackage as a whole (admin, management, models, worker, prometheus, tracing, spark,
+# sql, tasks): it imports rooms of its own floor or below, never above.
+FLOORS: list[tuple[str, set[str]]] = [
+    (
+        "entry points",
+        {"__init__", "admin", "management", "pytest_plugin", "apps", "checks", "testing", "prometheus"},
+    ),
+    ("features", {"api", "workflows", "schedules", "topics", "tasks"}),
+    ("lifecycle", {"eager", "worker", "tracing"}),
+    ("read side", {"alarms", "figures"}),
+    ("tables and routing", {"models", "workers", "registry", "routing"}),
+    ("the seam", {"db", "sql", "spark"}),
+    (
+        "foundation",
+        {"bounds", "durations", "exceptions", "jsontext", "rates", "arguments", "message", "conf"}
+        | {"signals", "installed", "urlparams", "logs", "sampling"},
+    ),
+]
+SUBPACKAGES = {"admin", "management", "models", "worker", "prometheus", "tracing", "spark", "sql", "tasks"}
+
+
+def room_of(module: str) -> str:
+    parts = module.split(".")
+    return "__init__" if len(parts) == 1 else parts[1]
+
+
+def floor_of(room: str) -> int:
+    for number, (_, rooms) in enumerate(FLOORS):
+        if room in rooms:
+            return number
+    raise AssertionError(f"room {room!r} is on no floor: give it one in FLOORS and in docs/architecture.md")
+
+
+def test_every_room_is_on_one_floor():
+    rooms = {room_of(name) for name in graph()}
+    placed = [room for _, members in FLOORS for room in members]
+    assert len(placed) == len(set(placed)), "a room is on two floors"
+    assert sorted(rooms - set(placed)) == [], "rooms on no floor: give each one in FLOORS and the docs"
+    assert sorted(set(placed) - rooms) == [], "FLOORS names rooms that are gone"
+
+
+def upward(edges: dict[str, dict[str, int]]) -> dict[str, str]:
+    found = {}
+    for module, targets in edges.items():
+        for target, line in targets.items():
+            if floor_of(room_of(target)) < floor_of(room_of(module)):
+                found[f"{module}:{line}"] = f"{target} ({FLOORS[floor_of(room_of(target))][0]})"
+    return found
+
+
+def test_no_room_imports_a_floor_above_its_own():
+    assert upward(graph()) == {}, "imports that run up a floor (importer:line -> imported)"
+
+
+def test_the_floor_check_sees_an_import_running_up():
+    # The control: the seam importing a feature runs up three floors.
+    assert upward({f"{PACKAGE}.db": {f"{PACKAGE}.api": 7}}) == {
+        f"{PACKAGE}.db:7": f"{PACKAGE}.api (features)"
+    }
+
+
+def test_the_worker_package_imports_none_of_its_observers():
+    """The spans and the metrics observe the worker: they attach from outside (the app's
+    ``ready()`` registers the spans, ``run_queue_worker --metrics-port`` the metrics)."""
+    edges = graph()
+    reaching = {
+        f"{module}:{line}": target
+        for module, targets in edges.items()
+        if room_of(module) == "worker"
+        for target, line in targets.items()
+        if room_of(target) in {"tracing", "prometheus"}
+    }
+    assert reaching == {}
+
+
+# What the Spark producer may import of the package: it runs on executors without Django.
+SPARK_MAY_IMPORT = {f"{PACKAGE}.{name}" for name in ("bounds", "exceptions", "jsontext", "sql")}
+
+
+def test_spark_imports_no_django_and_only_what_it_names():
+    edges = graph()
+    for name, path in sources().items():
+        if room_of(name) != "spark":
+            continue
+        outside = {t for t in edges[name] if room_of(t) != "spark" and t not in SPARK_MAY_IMPORT}
+        assert outside == set(), f"{name} imports {outside}"
+        tree = ast.parse(path.read_text())
+        django = [
+            node.lineno
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import)
+            and any(a.name.split(".")[0] == "django" for a in node.names)
+            or isinstance(node, ast.ImportFrom)
+            and (node.module or "").split(".")[0] == "django"
+            and not node.level
+        ]
+        assert django == [], f"{name} imports Django at lines {django}"
+
+
+def test_no_command_imports_another():
+    edges = graph()
+    commands = f"{PACKAGE}.management.commands."
+    crossing = {
+        f"{module}:{line}": target
+        for module, targets in edges.items()
+        if module.startswith(commands)
+        for target, line in targets.items()
+        if target.startswith(commands)
+    }
+    assert crossing == {}, "shared helpers go in management/options.py"
+
+
+# An admin page may import these parts of the admin; channels also routes the dashboard.
+ADMIN_SHARED = {f"{PACKAGE}.admin.common", f"{PACKAGE}.admin.charts"}
+ADMIN_ALLOWED = {(f"{PACKAGE}.admin.channels", f"{PACKAGE}.admin.dashboard")}
+
+
+def test_admin_pages_import_common_parts_never_each_other():
+    edges = graph()
+    crossing = {
+        f"{module}:{line}": target
+        for module, targets in edges.items()
+        if module.startswith(f"{PACKAGE}.admin.")
+        for target, line in targets.items()
+        if target.startswith(f"{PACKAGE}.admin.")
+        and target not in ADMIN_SHARED
+        and (module, target) not in ADMIN_ALLOWED
+    }
+    assert crossing == {}

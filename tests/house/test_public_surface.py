@@ -59,7 +59,8 @@ DOCUMENTED = {
         "Channel", "DeadMessage", "Message", "Plan", "QueueConfig", "QueuePlan", "QueueSample", "Schedule", "Subscription",
         "TaskResultRecord", "Unrouted", "Worker", "WorkflowEdgeRecord", "WorkflowRecord", "WorkflowStepRecord",
     ],
-    "django_lonnymq.workers": ["listing"],
+    "django_lonnymq.models.worker": ["listing", "serving"],
+    "django_lonnymq.workers": ["listing"],  # the old address, kept for existing imports
     "django_lonnymq.worker": ["Worker", "WorkerGroup"],
     "django_lonnymq.routing": ["queue_database", "queue_databases"],
     "django_lonnymq.topics": ["Event", "publish", "publish_many", "subscribe", "sync_subscriptions"],

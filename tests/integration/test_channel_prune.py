@@ -331,8 +331,8 @@ def test_prune_and_delete_channel_refuse_other_isolation_levels(isolation: str) 
 
 
 def test_the_worker_metrics_and_log_count_pruned_channels(caplog: pytest.LogCaptureFixture) -> None:
+    from django_lonnymq.prometheus.worker import WorkerMetrics
     from django_lonnymq.worker.held import Held
-    from django_lonnymq.worker.metrics import WorkerMetrics
     from django_lonnymq.worker.observer import LogObserver
 
     metrics = WorkerMetrics(name="w", queues=[QUEUE], concurrency=1, held=Held())

@@ -110,6 +110,7 @@ RELEASED = {
     "0042_bounded_outputs.up.sql": "f666b8c03028d583bdc9a8a0f1269b1b3aa1ee4b8361dc2e1f323697e047d790",
     "0043_cancelled_steps.down.sql": "9cc791a2eaddae83cd7952580f24b7ec0a4f913db5092a54652e93aa76c132bf",
     "0043_cancelled_steps.up.sql": "f930633f51c26dc78228c24bf4114ab49e11110b8e80d765d453f4d4e0858af0",
+    "0044_one_single_enqueue.up.sql": "72a952b89b60ab39b98f6b1e0922e173e151afd68ceafbdb7553d2b56bf12bb8",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

@@ -43,7 +43,7 @@ from django_lonnymq import alarms, api, db
 from django_lonnymq.bounds import MAX_INTERVAL
 from django_lonnymq.conf import settings
 from django_lonnymq.exceptions import LonnyMQError
-from django_lonnymq.management.commands.run_queue_worker import check_database
+from django_lonnymq.management.options import check_database
 from django_lonnymq.routing import databases_of
 
 TABLES = ("lonnymq_channel", "lonnymq_message", "lonnymq_wake", "lonnymq_dedup", "lonnymq_dead_message")

@@ -32,7 +32,7 @@ class Command(BaseCommand):
         self, *args: Any, action: str, queues: list[str], database: str | None, **options: Any
     ) -> None:
         from ...routing import databases_of
-        from .run_queue_worker import check_database
+        from ..options import check_database
 
         check_database(database)
         # Each queue on its own database (LONNYMQ_QUEUE_DATABASES) unless --database names one.

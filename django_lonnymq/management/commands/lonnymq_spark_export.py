@@ -13,7 +13,7 @@ from psycopg import conninfo
 
 from django_lonnymq.conf import settings
 from django_lonnymq.exceptions import InvalidArgument
-from django_lonnymq.management.commands.run_queue_worker import check_database
+from django_lonnymq.management.options import check_database
 from django_lonnymq.routing import queue_database
 
 # Django OPTIONS that are libpq connection parameters (the rest are Django's or psycopg's own).

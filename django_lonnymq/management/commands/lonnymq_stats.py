@@ -32,7 +32,7 @@ from django_lonnymq.figures import (
     net_drain_per_minute,
     throughput,
 )
-from django_lonnymq.management.commands.run_queue_worker import check_database, duration
+from django_lonnymq.management.options import check_database, duration
 from django_lonnymq.models import QueueSample
 from django_lonnymq.routing import databases_of
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
-import re
-from datetime import timedelta
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -12,35 +9,14 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, connections
 
 from django_lonnymq import installed, logs
-from django_lonnymq.bounds import MAX_INTERVAL, MAX_LEASE
+from django_lonnymq.bounds import MAX_BATCH, MAX_LEASE, MIN_LEASE
 from django_lonnymq.conf import settings
 from django_lonnymq.exceptions import InvalidArgument, NoHandler, SchemaMissing
+from django_lonnymq.management.options import check_database, duration, port_number, positive_int
 from django_lonnymq.registry import autodiscover
 from django_lonnymq.routing import by_database, databases_of
 from django_lonnymq.topics import sync_declared_subscriptions
 from django_lonnymq.worker import Worker, WorkerGroup
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}
-
-
-def duration(text: str) -> timedelta:
-    """``30s``, ``250ms``, ``5m``, ``1h`` or plain seconds, as a positive timedelta."""
-    match = _DURATION.match(text)
-    if not match:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (examples: 30s, 250ms, 5m, 1h)")
-    seconds = float(match[1]) * _UNITS[match[2]]
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be longer than zero")
-    if seconds > MAX_INTERVAL.total_seconds():
-        raise argparse.ArgumentTypeError(f"{text!r} must be at most 366 days")
-    return timedelta(seconds=seconds)
-
-
-def check_database(alias: str | None) -> None:
-    """``--database``: an alias of DATABASES (a one-line CommandError otherwise)."""
-    if alias is not None and alias not in connections:
-        raise CommandError(f"--database {alias!r} is not in DATABASES (aliases: {', '.join(connections)})")
 
 
 def by_database_of(queues: list[str], database: str | None) -> dict[str, list[str]]:
@@ -49,27 +25,6 @@ def by_database_of(queues: list[str], database: str | None) -> dict[str, list[st
         return by_database(queues, database)
     except InvalidArgument as exc:
         raise CommandError(str(exc)) from exc
-
-
-def port_number(text: str) -> int:
-    """A TCP port, 0 (a free one) to 65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a port from 0 to 65535")
-    return value
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
 
 
 ALL_TASK_QUEUES = "*"
@@ -221,9 +176,9 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["batch_size"] is not None and options["batch_size"] > 10_000:
-            raise CommandError("--batch-size must be at most 10000")
-        if options["lease"] is not None and not timedelta(seconds=1) <= options["lease"] <= MAX_LEASE:
+        if options["batch_size"] is not None and options["batch_size"] > MAX_BATCH:
+            raise CommandError(f"--batch-size must be at most {MAX_BATCH}")
+        if options["lease"] is not None and not MIN_LEASE <= options["lease"] <= MAX_LEASE:
             raise CommandError("--lease must be between 1s and 24h")
         check_database(options["database"])
         logs.configure_console()
@@ -299,7 +254,7 @@ class Command(BaseCommand):
         if port is None:
             return None
         try:
-            from django_lonnymq.worker.metrics import WorkerMetrics
+            from django_lonnymq.prometheus.worker import WorkerMetrics
 
             metrics = WorkerMetrics(
                 name=worker.name,

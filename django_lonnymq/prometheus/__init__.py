@@ -1,6 +1,10 @@
 """The Prometheus view: every queue's gauges and release counter, from what the database
 holds (one scrape from any web process answers for every queue). Needs the ``metrics`` extra
 (prometheus-client). Route it in your URLs (docs/admin.md, "Prometheus metrics").
+
+Every metric of the package lives in this package: the queue gauges here, and each worker's own
+metrics in :mod:`.worker` (attached by ``run_queue_worker --metrics-port``; the worker package
+never imports them).
 """
 
 from __future__ import annotations
@@ -10,10 +14,10 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
-from . import workflows
-from .alarms import live_workers, paused_queues
-from .models import QueueSample
-from .routing import databases_of
+from .. import workflows
+from ..alarms import live_workers, paused_queues
+from ..models import QueueSample
+from ..routing import databases_of
 
 
 class QueueCollector:

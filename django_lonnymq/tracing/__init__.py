@@ -23,10 +23,10 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .conf import settings
+from ..conf import settings
 
 if TYPE_CHECKING:
-    from .message import Message
+    from ..message import Message
 
 logger = logging.getLogger("django_lonnymq.tracing")
 

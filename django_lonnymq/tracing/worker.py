@@ -1,4 +1,6 @@
-"""Spans of handler runs (:mod:`django_lonnymq.tracing`), attached to a worker as an observer."""
+"""Spans of handler runs, attached to every worker as an observer: registered with
+:func:`django_lonnymq.worker.duties.register_observer` from the app's ``ready()``, so the worker
+package imports no span code."""
 
 from __future__ import annotations
 
@@ -7,11 +9,11 @@ import time
 from collections.abc import Sequence
 
 from ..message import Message
-from ..tracing import Consumer
-from .connection import ControlConnection
-from .held import Held
-from .observer import Observer
-from .outcomes import Outcome
+from ..worker.connection import ControlConnection
+from ..worker.held import Held
+from ..worker.observer import Observer
+from ..worker.outcomes import Outcome
+from . import Consumer
 
 logger = logging.getLogger("django_lonnymq.worker")
 

@@ -34,9 +34,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..message import Message
-from .held import Held
-from .observer import OUTCOMES, Observer
-from .outcomes import Outcome
+from ..worker.held import Held
+from ..worker.observer import OUTCOMES, Observer
+from ..worker.outcomes import Outcome
 
 # A connection whose request is not sent within this (each read) is closed.
 REQUEST_TIMEOUT = 5.0
