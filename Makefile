@@ -31,15 +31,17 @@ PLPGSQL_CHECK := ls /usr/share/postgresql/*/extension/plpgsql_check.control >/de
 	$$(ls /usr/lib/postgresql | sed 's/.*/postgresql-&-plpgsql-check/') >/dev/null; } || \
 	echo "make: plpgsql_check is not installed (root and apt-get needed); tests/migrations/test_plpgsql_check.py will fail" >&2
 
-# The suite runs in parallel (pytest-xdist): XDIST test processes, each with a database of its
-# own on the one server. The tests marked alone act on the whole server (they restart it, fill
-# its lock table) and run afterwards in a pytest of their own. `make test-fast XDIST=0` runs in
-# one process. PYTEST = the venv's python; MARKS = the target's marker expression.
-XDIST ?= 4
-XDIST_ARGS = $(if $(filter 0,$(XDIST)),,-n $(XDIST) --dist loadgroup)
+# The suite can run in parallel (pytest-xdist): XDIST test processes, each with a database of
+# its own on the one server. The tests marked alone act on the whole server (they restart it,
+# fill its lock table) and run afterwards in a pytest of their own. make test-fast runs in 4
+# processes unless XDIST says otherwise; make test, test-django52 and test-django6 in one unless
+# XDIST says otherwise (with 4, the worker-process tests timed out on a loaded 2-core machine:
+# CONTRIBUTING.md). $(1) = the venv's python, $(2) = the target's marker expression, $(3) = the
+# target's default process count.
+xdist_args = $(if $(filter 0,$(or $(XDIST),$(1))),,-n $(or $(XDIST),$(1)) --dist loadgroup)
 define PYTEST_PARALLEL
 status=0; \
-$(1) -m pytest $(XDIST_ARGS) -m "($(2)) and not alone" $(PYTEST_ARGS); first=$$?; \
+$(1) -m pytest $(call xdist_args,$(3)) -m "($(2)) and not alone" $(PYTEST_ARGS); first=$$?; \
 $(1) -m pytest -m "($(2)) and alone" $(PYTEST_ARGS); second=$$?; \
 for code in $$first $$second; do [ $$code = 0 ] || [ $$code = 5 ] || status=1; done; \
 [ $$first = 5 ] && [ $$second = 5 ] && status=5; \
@@ -81,21 +83,21 @@ test:
 
 test-django52: $(STAMP) test-deps
 	$(PY) -c 'import django; print("Django", django.get_version())'
-	@$(call PYTEST_PARALLEL,$(PY),not alone or alone)
+	@$(call PYTEST_PARALLEL,$(PY),not alone or alone,0)
 
 ## make test-django6 leaves out the tests marked django_independent (their outcome cannot depend
 ## on the Django version: CONTRIBUTING.md says which and why); make test-django52 runs them, so
 ## make test runs every test at least once.
 test-django6: $(STAMP6) test-deps
 	$(VENV6)/bin/python -c 'import django; print("Django", django.get_version())'
-	@$(call PYTEST_PARALLEL,$(VENV6)/bin/python,not django_independent)
+	@$(call PYTEST_PARALLEL,$(VENV6)/bin/python,not django_independent,0)
 
 ## make test-fast: the loop while editing, a few minutes: the Django 5.2 suite without the tests
 ## marked slow (those that start worker processes, Spark, a browser or a package build, the soak,
 ## stress and chaos runs, the migration walk; pyproject.toml says which). make test runs them all.
 test-fast: $(STAMP)
 	$(PY) -c 'import django; print("Django", django.get_version())'
-	@$(call PYTEST_PARALLEL,$(PY),not slow)
+	@$(call PYTEST_PARALLEL,$(PY),not slow,4)
 
 ## make demo: install, migrate, enqueue a skewed workload, run workers, show fairness.
 demo: $(STAMP)

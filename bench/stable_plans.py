@@ -92,7 +92,7 @@ def dequeue_round(url: str, messages: int) -> tuple[float, float]:
 
 RETRY = {"error": "e", "backoff_base_ms": 1000, "backoff_max_ms": 60_000, "tolerance_ms": 0}
 # A worker's calls on the messages it holds, each on a freshly dequeued batch (rows as the
-# dequeue statement returns them). tests/integration/test_stable_plans.py checks their plans.
+# dequeue statement returns them). tests/worker/test_stable_plans.py checks their plans.
 HELD_CALLS: dict[str, Any] = {
     "heartbeat of 50": lambda conn, rows: conn.execute(
         sql.query("extend"), {"ids": [r[0] for r in rows], "tokens": [r[8] for r in rows], "lease_ms": 60_000}

@@ -1,4 +1,4 @@
-"""System checks, ids ``lonnymq.E00x`` / ``lonnymq.E1x0``-``E3x0`` (``E250``: queue databases) / ``lonnymq.W210`` (one test each in tests/unit/test_checks.py)."""
+"""System checks, ids ``lonnymq.E00x`` / ``lonnymq.E1x0``-``E3x0`` (``E250``: queue databases) / ``lonnymq.W210`` (one test each in tests/checks/test_checks.py)."""
 
 from __future__ import annotations
 

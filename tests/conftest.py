@@ -143,6 +143,24 @@ def _truncate_instead_of_flush() -> Iterator[None]:
     TransactionTestCase._fixture_teardown = flush  # type: ignore[method-assign]
 
 
+@pytest.fixture(params=["client-binding", "prepared"])
+def statement_binding(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Runs a test twice: with Django's defaults (client-side binding, nothing prepared) and
+    with prepared statements on, as ``OPTIONS["prepare_threshold"]`` turns them on, which
+    sends the API's statements through the server-binding path."""
+    if request.param == "client-binding":
+        yield request.param
+        return
+    connection.ensure_connection()
+    raw = connection.connection
+    before = raw.prepare_threshold
+    raw.prepare_threshold = 0
+    try:
+        yield request.param
+    finally:
+        raw.prepare_threshold = before
+
+
 @pytest.fixture
 def dsn(transactional_db: None) -> str:
     return test_dsn()

@@ -9,7 +9,7 @@ from tests.dbserver import database_url
 DATABASES = {"default": environ.Env.db_url_config(database_url())}
 DATABASES["default"]["TEST"] = {"NAME": "test_" + DATABASES["default"]["NAME"]}
 # A second database on the same server, for queues that live elsewhere (LONNYMQ_QUEUE_DATABASES,
-# tests/integration/test_queue_databases.py): created only for tests that ask for it
+# tests/api/test_queue_databases.py): created only for tests that ask for it
 # (``databases=["default", "other"]``).
 OTHER_NAME = DATABASES["default"]["NAME"] + "_other"
 DATABASES["other"] = {**DATABASES["default"], "NAME": OTHER_NAME, "TEST": {"NAME": "test_" + OTHER_NAME}}

@@ -19,7 +19,7 @@ from django_lonnymq import Message, periodic, schedules, sql
 from django_lonnymq.exceptions import InvalidArgument, PayloadError
 from django_lonnymq.models import Schedule
 from django_lonnymq.schedules import sync, tick
-from tests.integration import test_search_path_attack
+from tests.sql import test_search_path_attack
 
 attacker = test_search_path_attack.attacker  # the fixture that plants look-alikes
 

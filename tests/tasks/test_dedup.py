@@ -19,7 +19,7 @@ from django_lonnymq import testing
 from django_lonnymq.exceptions import InvalidArgument
 from django_lonnymq.models import Message, TaskResultRecord
 from django_lonnymq.tasks import dedup
-from tests.integration.helpers import ack, assert_healthy, dequeue, rows
+from tests.harness.helpers import ack, assert_healthy, dequeue, rows
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -94,7 +94,7 @@ def retry_later(message: Message) -> None:
         raise Retry(delay=0.2, reason="come back later")
 
 
-# -- workflows (tests/acceptance/test_workflows.py) --------------------------------------
+# -- workflows (tests/worker/test_workflows.py) --------------------------------------
 
 
 def record_step(message: Message, event: str) -> None:

@@ -1,0 +1,34 @@
+"""A channel's max_concurrency holds across several worker processes."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from django_lonnymq import Item, api, enqueue_many
+from tests.worker.conftest import describe
+
+
+def test_three_worker_processes_never_exceed_a_channel_limit_of_2(spawn, db):
+    api.configure_channel("t_sleep", "capped", max_concurrency=2)
+    db.track_inflight("capped", "free")
+    capped = enqueue_many("t_sleep", [Item({"seconds": 0.25}, channel="capped") for _ in range(14)])
+    free = enqueue_many("t_sleep", [Item({"seconds": 0.25}, channel="free") for _ in range(14)])
+
+    workers = [
+        spawn("--queue", "t_sleep", "--burst", "--concurrency", "3", label=f"worker {n}") for n in range(3)
+    ]
+    codes = [w.wait(timeout=60) for w in workers]
+
+    assert codes == [0, 0, 0], describe(*workers)
+    done = db.events("done", "t_sleep")
+    assert Counter(d["message_id"] for d in done) == Counter(capped + free), describe(*workers)
+    peaks = {r["channel"]: r for r in db.rows("SELECT * FROM testapp_inflight")}
+    assert peaks["capped"]["peak"] <= 2, f"limit exceeded: {peaks}\n{describe(*workers)}"
+    # The test could have failed: the capped channel really ran two at once...
+    assert peaks["capped"]["peak"] == 2, f"never reached the limit: {peaks}"
+    # ...and the workers had room for more (the uncapped channel ran more than two at once).
+    assert peaks["free"]["peak"] > 2, f"workers never ran concurrently: {peaks}"
+    assert all(r["now"] == 0 for r in peaks.values()), peaks
+    assert len({d["pid"] for d in db.events("start", "t_sleep")}) >= 2, "only one process did work"
+    assert db.channel("t_sleep", "capped")["in_flight"] == 0
+    assert api.check() == []
