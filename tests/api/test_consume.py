@@ -10,8 +10,7 @@ from django.test import RequestFactory
 from django_lonnymq import api, enqueue_many
 from django_lonnymq.exceptions import InvalidArgument
 from django_lonnymq.limits import Consumed, rate_limited
-
-from .helpers import channel_row, dequeue, scalar
+from tests.harness.helpers import channel_row, dequeue, scalar
 
 
 def _state(queue: str, name: str) -> tuple:

@@ -1,4 +1,4 @@
-"""Durable handlers that worker-process tests run (tests/acceptance/test_durable.py). Each
+"""Durable handlers that worker-process tests run (tests/worker/test_durable.py). Each
 step records a row in testapp_delivery through Django's connection: the step's own write,
 committed with its checkpoint or not at all."""
 

@@ -2,4 +2,4 @@
 
 from tests.worker_settings import *  # noqa: F403
 
-LONNYMQ_HANDLER_MODULES = ["tests.acceptance.handlers_durable"]
+LONNYMQ_HANDLER_MODULES = ["tests.worker.handlers_durable"]

@@ -13,7 +13,7 @@ from django_lonnymq import api, enqueue
 
 from .conftest import describe, wait_until
 
-SETTINGS = "tests.acceptance.settings_durable"
+SETTINGS = "tests.worker.settings_durable"
 
 
 def _events(db, queue):
