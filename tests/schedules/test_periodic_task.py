@@ -28,12 +28,14 @@ def _handlers(recording: None) -> Iterator[None]:
 
 
 def test_a_task_runs_on_a_schedule(connect):
-    periodic(every=10, name="task-note", payload={"text": "tick", "tenant_id": "t1"})(tasks.note)
+    # An hour apart: the tick after the one made due below is never due while the test runs
+    # (ticks sit on a grid, so a 10 s interval could fall due again a moment later).
+    periodic(every=3600, name="task-note", payload={"text": "tick", "tenant_id": "t1"})(tasks.note)
     conn = connect()
     schedules.sync(conn, [d for d in schedules.declarations() if d.name == "task-note"])
     row = Schedule.objects.get(name="task-note")
     assert row.queue == "tasks_other" and row.payload["task"] == tasks.note.module_path
-    past_tick = row.next_tick_at - 10_000  # a tick that is due now
+    past_tick = row.next_tick_at - 3_600_000  # a tick that is due now
     Schedule.objects.filter(pk=row.pk).update(next_tick_at=past_tick)
     assert schedules.tick(conn, ["tasks_other"]) == 1
     Worker(["tasks_other"], burst=True, shutdown_timeout=5).run()
