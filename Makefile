@@ -34,10 +34,10 @@ PLPGSQL_CHECK := ls /usr/share/postgresql/*/extension/plpgsql_check.control >/de
 # The suite can run in parallel (pytest-xdist): XDIST test processes, each with a database of
 # its own on the one server. The tests marked alone act on the whole server (they restart it,
 # fill its lock table) and run afterwards in a pytest of their own. make test-fast runs in 4
-# processes unless XDIST says otherwise; make test, test-django52 and test-django6 in one unless
-# XDIST says otherwise (with 4, the worker-process tests timed out on a loaded 2-core machine:
-# CONTRIBUTING.md). $(1) = the venv's python, $(2) = the target's marker expression, $(3) = the
-# target's default process count.
+# processes unless XDIST says otherwise; make test, test-django52 and test-django6 in 2 (as many
+# as a small CI machine has cores; with 4 on a loaded 2-core machine the worker-process tests
+# timed out: CONTRIBUTING.md). XDIST=0 runs one process. $(1) = the venv's python, $(2) = the
+# target's marker expression, $(3) = the target's default process count.
 xdist_args = $(if $(filter 0,$(or $(XDIST),$(1))),,-n $(or $(XDIST),$(1)) --dist loadgroup)
 define PYTEST_PARALLEL
 status=0; \
@@ -83,14 +83,14 @@ test:
 
 test-django52: $(STAMP) test-deps
 	$(PY) -c 'import django; print("Django", django.get_version())'
-	@$(call PYTEST_PARALLEL,$(PY),not alone or alone,0)
+	@$(call PYTEST_PARALLEL,$(PY),not alone or alone,2)
 
 ## make test-django6 leaves out the tests marked django_independent (their outcome cannot depend
 ## on the Django version: CONTRIBUTING.md says which and why); make test-django52 runs them, so
 ## make test runs every test at least once.
 test-django6: $(STAMP6) test-deps
 	$(VENV6)/bin/python -c 'import django; print("Django", django.get_version())'
-	@$(call PYTEST_PARALLEL,$(VENV6)/bin/python,not django_independent,0)
+	@$(call PYTEST_PARALLEL,$(VENV6)/bin/python,not django_independent,2)
 
 ## make test-fast: the loop while editing, a few minutes: the Django 5.2 suite without the tests
 ## marked slow (those that start worker processes, Spark, a browser or a package build, the soak,
