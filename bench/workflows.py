@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 from django_lonnymq import sql
-from django_lonnymq.worker.completion import array_literal, text_array_literal
+from django_lonnymq.worker.lifecycle import array_literal, text_array_literal
 
 from . import core
 

@@ -35,11 +35,13 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from django.db import connections, transaction
 
-from . import db, jsontext
+from . import db
 from .conf import settings
-from .durable import Durable
 from .exceptions import Suspended
-from .message import Message, is_step, workflow_of
+from .message import Message
+from .worker import outcomes
+from .worker.lifecycle import DjangoExecutor, Recorder, lease
+from .worker.observer import SignalObserver
 
 logger = logging.getLogger("django_lonnymq.eager")
 
@@ -164,34 +166,31 @@ def run(queue: str, ids: list[int], alias: str) -> None:
         db.value(
             "run_now", {"ids": sorted(waiting), "tolerance_ms": settings.ms("WAKE_TOLERANCE")}, using=alias
         )
-        rows = db.rows("dequeue", {"queue": queue, "batch_size": 100, "lease_ms": settings.ms("LEASE"),
-                                   "worker": "eager", "tolerance_ms": settings.ms("WAKE_TOLERANCE")}, using=alias)  # fmt: skip
-        if not rows:
+        executor = DjangoExecutor(alias)
+        messages = lease(
+            executor, queue, 100, worker="eager", lease_ms=settings.ms("LEASE"), using=alias, eager=True
+        )
+        if not messages:
             empty += 1
             continue
         empty = 0
-        for row in rows:
-            if _deliver(alias, handle, queue, row) not in ("retry", "snoozed"):
-                waiting.discard(row[0])
+        recorder = Recorder(executor, SignalObserver(), at_once=True)
+        for message in messages:
+            if _deliver(recorder, handle, message) not in ("retry", "snoozed"):
+                waiting.discard(message.id)
     if waiting:
         logger.warning("eager mode left message(s) %s of %s undelivered (channel paused or at its cap?)",
                        sorted(waiting), queue)  # fmt: skip
 
 
-def _deliver(alias: str, handle: Any, queue: str, row: tuple[Any, ...]) -> str:
-    """Run a dequeued row's handler as a worker does (``worker/outcomes.py``), on the caller's
-    connection; retries and snoozes are due at once. The fail or snooze call's result ("retry",
-    "snoozed" or "dead"), or "ack"."""
+def _deliver(recorder: Recorder, handle: Any, message: Message) -> str | None:
+    """Run a leased message's handler as a worker does (``worker/outcomes.py``), on the caller's
+    connection, and record its outcome through the worker's own :class:`Recorder`; retries and
+    snoozes are due at once. The recording's result ("retry", "snoozed", "suspended", "dead"),
+    or "ack"."""
     from .registry import is_async
-    from .worker import outcomes
-    from .worker.observer import SignalObserver
 
-    signals = SignalObserver()
-    message = outcomes.message_from_row(queue, row)
-    message._durable = Durable(alias, eager=True)
-    if isinstance(message.payload, str):  # Django's connection leaves jsonb as text (JSONField decodes it)
-        message.payload = jsontext.decode(message.payload)
-    _workflow_inputs(message, alias)
+    alias = message._durable.using
     call = async_to_sync(handle) if is_async(handle) else handle
 
     def in_savepoint(message: Message) -> object:
@@ -224,73 +223,19 @@ def _deliver(alias: str, handle: Any, queue: str, row: tuple[Any, ...]) -> str:
 
     refused = outcomes.refused(message)
     if refused is None:
-        signals.handler_started(message)
+        recorder.observers.handler_started(message)
     # The task backend's handler makes its own savepoint around the task (its result's
     # status and errors stay when the task fails).
     own = getattr(handle, "lonnymq_own_savepoint", False)
     outcome = refused or outcomes.run(call if own else in_savepoint, message)
-    if outcome.action == "ack" and message.step_name is not None:
-        # A step: its output recorded and its ready children released, as a worker's ack does.
-        params = {"ids": [message.id], "tokens": [str(message.lease_token)], "outputs": [outcome.output],
-                  "tolerance_ms": settings.ms("WAKE_TOLERANCE")}  # fmt: skip
-        db.value("workflow_ack", params, using=alias)
-        signals.acked(message)
-        return "ack"
     if outcome.action == "ack":
-        db.value("ack", {"ids": [message.id], "tokens": [str(message.lease_token)]}, using=alias)
-        signals.acked(message)
-        return "ack"
-    tolerance_ms = settings.ms("WAKE_TOLERANCE")
-    if outcome.action == "suspend":
-        # A durable wait (or a sleep under testing.eager_sleeps(real=True)): the message stays
-        # suspended; an emit_event (or testing.resume) runs it again.
-        result = str(
-            db.value("suspend", outcomes.suspend_params(outcome, tolerance_ms=tolerance_ms), using=alias)
-        )
-        if result == "suspended":
-            signals.suspended(message)
-            return result
-        outcome.action, outcome.error = "cancelled", "cancelled while suspending"
-        signals.dead(outcome)
-        return result
-    if outcome.action == "snooze":
-        # Bounded as in a worker: an endless snoozer ends in failures, then dead.
-        max_snoozes = settings.MAX_SNOOZES
-        params = outcomes.snooze_params(
-            outcome,
-            max_snoozes=max_snoozes,
-            backoff_base_ms=0,
-            backoff_max_ms=0,
-            tolerance_ms=tolerance_ms,
-            at_once=True,
-        )
-        result = str(db.value("snooze", params, using=alias))
-        if result == "snoozed":
-            signals.snoozed(message)
-            return result
-        outcome.error = None if message.cancel_requested else outcomes.snoozed_too_often(max_snoozes)
-    else:
-        params = outcomes.fail_params(
-            outcome, backoff_base_ms=0, backoff_max_ms=0, tolerance_ms=tolerance_ms, at_once=True
-        )
-        result = str(db.value("fail", params, using=alias))
-    # The same signals as a worker's (its SignalObserver), after the database recorded the run.
-    (signals.dead if result == "dead" else signals.retried)(outcome)
-    return result
-
-
-def _workflow_inputs(message: Message, alias: str) -> None:
-    """A workflow step (its dedup key says so): its workflow, name and parents' outputs, as a
-    worker gives them (``worker/fetching.py``); an ``on_failure`` message: its workflow."""
-    message.workflow_id = workflow_of(message.dedup_key)
-    if not is_step(message.dedup_key):
-        return
-    for _, name, outputs, inputs_bytes in db.rows("workflow_inputs", {"ids": [message.id]}, using=alias):
-        message.step_name = name
-        if outputs is None:  # past their bound: not built, the step is refused
-            message._inputs_too_large = inputs_bytes
-        else:
-            message.parent_outputs = jsontext.decode(outputs) if isinstance(outputs, str) else dict(outputs)
+        # A step's ack records its output and releases its ready children, as a worker's does.
+        lost = (recorder.ack if message.step_name is None else recorder.ack_steps)([outcome])
+        return None if lost else "ack"
+    # A durable wait (or a sleep under testing.eager_sleeps(real=True)) stays suspended; an
+    # emit_event (or testing.resume) runs it again. Snoozes stay bounded as in a worker: an
+    # endless snoozer ends in failures, then dead.
+    return recorder.fail(outcome)
 
 
 def after_emit(ids: Sequence[int], alias: str) -> None:

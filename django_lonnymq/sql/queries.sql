@@ -351,11 +351,6 @@ SELECT lonnymq_workflow_start_v1(%(name)s::text, %(channel)s::text, %(names)s::t
 -- The worker's ack of step messages: ack, record outputs, release ready children.
 SELECT lonnymq_workflow_ack_v2(%(ids)s::bigint[], %(tokens)s::uuid[], %(outputs)s::jsonb[], %(tolerance_ms)s::bigint)
 
--- name: workflow_inputs
--- What a worker gives a step's handler: its name, its parents' outputs by name (NULL past
--- their bound) and their size.
-SELECT i.id, i.name, i.outputs, i.inputs_bytes FROM lonnymq_workflow_inputs_v2(%(ids)s::bigint[]) i
-
 -- name: workflow_cancel
 WITH marked AS MATERIALIZED (
     SELECT lonnymq_workflow_cancel_v1(%(id)s::bigint) AS running

@@ -149,6 +149,9 @@ class ControlConnection:
                 delay = min(delay * 2, 30.0)
         return True
 
+    # psycopg's own loaders decode jsonb (worker/lifecycle.py's Executor).
+    json_as_text = False
+
     def is_lost(self, exc: BaseException) -> bool:
         """A broken connection is reconnected; any other failed statement is backed off.
 
@@ -168,6 +171,12 @@ class ControlConnection:
         # (connection exception) or 57P01-57P03 (shutting down, crashed, starting).
         sqlstate = getattr(root, "sqlstate", None)
         return sqlstate is None or sqlstate.startswith("08") or sqlstate in {"57P01", "57P02", "57P03"}
+
+    def raises(self, exc: BaseException) -> bool:
+        """A recording that failed (``worker/lifecycle.py``) goes up when the connection is
+        lost (the outcome is sent again after reconnecting); otherwise it is logged and the
+        worker goes on with its other messages."""
+        return isinstance(exc, DB_ERRORS) and self.is_lost(exc)
 
     def lost(self, exc: BaseException) -> None:
         """Drop the connection (the next :meth:`ensure` reconnects)."""

@@ -7,22 +7,18 @@ served meanwhile.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
 
-from ..conf import settings
-from ..durable import Durable
-from ..message import Message, is_step, workflow_of
 from .completion import Completion
 from .connection import STATEMENT_ERRORS, ControlConnection, backoff, describe_failure
 from .handlers import Handlers
 from .held import Held
 from .housekeeping import Leases
+from .lifecycle import lease
 from .observer import Observers
-from .outcomes import message_from_row, refused
+from .outcomes import refused
 from .stats import Stats
 
 logger = logging.getLogger("django_lonnymq.worker")
@@ -79,15 +75,15 @@ class Fetcher:
             if self._retry_at.get(queue_name, 0.0) > now:
                 continue
             try:
-                rows = self.connection.run(
-                    "dequeue",
-                    {
-                        "queue": queue_name,
-                        "batch_size": want - got,
-                        "lease_ms": self.lease_ms,
-                        "worker": self.name,
-                        "tolerance_ms": settings.ms("WAKE_TOLERANCE"),
-                    },
+                # Steps, sleeps and waits run on Django's connection to the queue's database.
+                messages = lease(
+                    self.connection,
+                    queue_name,
+                    want - got,
+                    worker=self.name,
+                    lease_ms=self.lease_ms,
+                    using=self.leases.using,
+                    extend=extend,
                 )
             except STATEMENT_ERRORS as exc:
                 if self.connection.is_lost(exc):
@@ -98,16 +94,8 @@ class Fetcher:
                 logger.warning("dequeue of queue %s works again", queue_name)
                 del self._backoff[queue_name]
                 self._retry_at.pop(queue_name, None)
-            if not rows:
+            if not messages:
                 continue
-            messages = []
-            for row in rows:
-                message = message_from_row(queue_name, row, extend)
-                # Steps, sleeps and waits run on Django's connection to the queue's database.
-                message._durable = Durable(self.leases.using)
-                if message.dedup_key is not None and message.dedup_key.startswith("lonnymq."):
-                    workflow_inputs(message, row[10], row[11], row[12])
-                messages.append(message)
             self.observers.fetched(messages)
             self.held.add(messages)
             self.stats.fetched += len(messages)
@@ -160,16 +148,3 @@ class Fetcher:
             self._idle_backoff = min(self._idle_backoff * 2, 0.1) if self._idle_backoff else 0.005
             return self._idle_backoff
         return min(max(due_ms / 1000, 0.001), self.poll_interval)
-
-
-def workflow_inputs(message: Message, step_name: str | None, outputs: Any, inputs_bytes: int | None) -> None:
-    """A workflow's message (its dedup key says so): its workflow, and for a step its name
-    and parents' outputs, which the dequeue statement returns with it (plain messages cost
-    nothing). Outputs past their bound are not built (NULL): the step is refused."""
-    message.workflow_id = workflow_of(message.dedup_key)
-    if step_name is not None and is_step(message.dedup_key):
-        message.step_name = step_name
-        if outputs is None:
-            message._inputs_too_large = inputs_bytes
-        else:
-            message.parent_outputs = json.loads(outputs) if isinstance(outputs, str) else dict(outputs)

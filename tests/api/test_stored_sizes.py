@@ -20,8 +20,8 @@ from django_lonnymq.models import DeadMessage
 from django_lonnymq.testing import drain, eager
 from django_lonnymq.worker.completion import Completion
 from django_lonnymq.worker.connection import ControlConnection
-from django_lonnymq.worker.fetching import workflow_inputs
 from django_lonnymq.worker.held import Held
+from django_lonnymq.worker.lifecycle import workflow_inputs
 from django_lonnymq.worker.observer import Observers
 from django_lonnymq.worker.outcomes import Outcome, message_from_row
 from django_lonnymq.worker.stats import Stats

@@ -505,7 +505,6 @@ def _statements(ids: dict[str, Any]) -> list[tuple[str, Any]]:
                             "on_failure_queue": None, "on_failure_channel": None, "on_failure_payload": None,
                             "on_failure_max_attempts": None, "tolerance_ms": 50}),
         ("workflow_ack", {"ids": [], "tokens": [], "outputs": [], "tolerance_ms": 50}),
-        ("workflow_inputs", {"ids": []}),
         ("workflow_check", {}),
         ("workflow_cancel", lambda: {"id": ids["workflow"]}),
         ("workflow_prune", {"older_than_ms": 60_000, "limit": 10}),
@@ -549,7 +548,6 @@ def test_every_named_statement_calls_the_real_function_past_planted_lookalikes(l
     assert results["sync_schedules"] == [(0, 0, 0)] and results["fire_schedule"] == [(None,)]
     assert results["snooze"] == [("snoozed",)] and results["pause_queue"] == [(True,)]
     assert results["workflow_cancel"] == [(0,)] and results["workflow_ack"] == [([],)]
-    assert results["workflow_inputs"] == []
 
 
 def test_a_lookalike_taking_every_argument_and_one_more_makes_the_call_ambiguous_never_run(connect, dsn):

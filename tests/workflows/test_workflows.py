@@ -352,7 +352,7 @@ def test_acks_of_two_workflows_at_once_release_shared_children_once_without_dead
 def test_outputs_sent_as_one_array_literal_come_back_unchanged(connect):
     """The worker sends a step ack's outputs as one quoted array literal (not psycopg's list
     adapter): quotes, backslashes, braces, commas and NULL-like text survive it."""
-    from django_lonnymq.worker.completion import array_literal, text_array_literal
+    from django_lonnymq.worker.lifecycle import array_literal, text_array_literal
 
     outputs = ['{"a": "x\\"y\\\\z", "b": "{},NULL"}', None, '"NULL"', "[1, 2]", '" spaced "']
     flow = Workflow("outputs")
