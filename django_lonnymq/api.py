@@ -11,7 +11,6 @@ they run on ``using`` (default ``LONNYMQ_DATABASE``); pass ``using=queue_databas
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -25,7 +24,6 @@ from .conf import enqueue_params, settings
 from .durations import duration_ms
 from .exceptions import InvalidArgument
 from .limits import Consumed, consume, rate_limited  # noqa: F401 - api.consume() is part of the API
-from .message import is_step, workflow_of
 from .rates import Rate
 from .routing import queue_database, refuse_cross_database
 
@@ -107,8 +105,7 @@ def enqueue(
         else:
             message_id = int(db.value("enqueue_traced", {**params, "context": traced.context}, using=using))
         traced([message_id])
-    if eager.enabled():
-        eager.after_enqueue(queue, [message_id], using)
+    eager.after_enqueue(queue, [message_id], using)
     return message_id
 
 
@@ -197,8 +194,7 @@ def enqueue_many(
             traced_params = {**params, "context": traced.context}
             ids = [int(i) for i in db.value("enqueue_many_traced", traced_params, using=using, arrays=True)]
         traced(ids)
-    if eager.enabled():
-        eager.after_enqueue(queue, ids, using)
+    eager.after_enqueue(queue, ids, using)
     return ids
 
 
@@ -409,29 +405,8 @@ def requeue_dead(ids: Iterable[int], *, reset_attempts: bool = True, using: str 
     step resumes its workflow)."""
     params = {"ids": arguments.message_ids(ids), "reset_attempts": bool(reset_attempts), **enqueue_params()}
     requeued = list(db.value("requeue_dead", params, using=using))
-    if requeued and eager.enabled():
-        _run_requeued_eagerly(requeued, db.alias(using))
+    eager.made_due(requeued, db.alias(using))
     return requeued
-
-
-def _run_requeued_eagerly(ids: list[int], alias: str) -> None:
-    """Eager mode: requeued plain messages run by queue; a requeued step runs its workflow on
-    (``workflows.run_eagerly``), so the steps its success releases run too."""
-    from .models import Message as MessageRow
-
-    plain: dict[str, list[int]] = {}
-    flows: set[int] = set()
-    rows = MessageRow.objects.using(alias).filter(id__in=ids).values_list("id", "channel__queue", "dedup_key")
-    for message_id, queue, dedup_key in rows.order_by("id"):
-        workflow_id = workflow_of(dedup_key) if is_step(dedup_key) else None
-        if workflow_id is not None:
-            flows.add(workflow_id)
-        else:
-            plain.setdefault(queue, []).append(message_id)
-    for queue, queue_ids in sorted(plain.items()):
-        eager.after_enqueue(queue, queue_ids, alias)
-    for workflow_id in sorted(flows):
-        eager.when_committed(functools.partial(workflows.run_eagerly, workflow_id, alias), alias)
 
 
 def cancel(ids: Iterable[int], *, missing_ok: bool = False, using: str | None = None) -> list[int]:
@@ -476,8 +451,7 @@ def emit_event(key: str, payload: Any = None, *, using: str | None = None) -> bo
     text = durable.json_text(payload, "payload")
     params = {"key": key, "payload": text, "tolerance_ms": settings.ms("WAKE_TOLERANCE")}
     woken = db.value("emit_event", params, using=using)
-    if woken and eager.enabled():
-        eager.after_emit(list(woken), db.alias(using))
+    eager.made_due(list(woken or ()), db.alias(using))
     return woken is not None
 
 
@@ -490,8 +464,7 @@ def resume(ids: Iterable[int], *, using: str | None = None) -> list[int]:
     """Resume suspended messages now: a pending sleep ends, a pending wait times out (its
     ``message.wait`` returns None). Returns the ids made due. In eager mode they run."""
     moved = list(db.value("resume", {"ids": arguments.message_ids(ids), **_tolerance()}, using=using))
-    if moved and eager.enabled():
-        eager.after_emit(moved, db.alias(using))
+    eager.made_due(moved, db.alias(using))
     return moved
 
 

@@ -20,6 +20,7 @@ class LonnyMQConfig(AppConfig):
             durable,
             eager,
             schedules,
+            workflows,
         )
         from .conf import settings
         from .tracing.worker import TracingObserver
@@ -28,6 +29,7 @@ class LonnyMQConfig(AppConfig):
         duties.register("schedules", schedules.worker_duty)
         duties.register_observer("tracing", TracingObserver)
         duties.register("durable", durable.worker_duty)
+        eager.register_workflow_runner(workflows.run_eagerly)
         # A schedule created with the ORM (a shell, a fixture, a data migration) gets its first tick.
         pre_save.connect(schedules.first_tick_on_insert, dispatch_uid="django_lonnymq.schedule_first_tick")
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -38,7 +38,7 @@ from django.db import connections, transaction
 from . import db
 from .conf import settings
 from .exceptions import Suspended
-from .message import Message
+from .message import Message, is_step, workflow_of
 from .worker import outcomes
 from .worker.lifecycle import DjangoExecutor, Recorder, lease
 from .worker.observer import SignalObserver
@@ -65,11 +65,59 @@ def forced() -> Iterator[None]:
         _forced.reset(token)
 
 
+# A workflow's due steps run through their workflow (``workflows.run_eagerly``, registered by
+# ``apps.ready``): the feature sits above eager mode, which only calls it.
+_workflow_runner: Callable[[int, str], None] | None = None
+
+
+def register_workflow_runner(runner: Callable[[int, str], None]) -> None:
+    global _workflow_runner
+    _workflow_runner = runner
+
+
+# ---------------------------------------------------------------------------------------
+# What producers call: with a worker nothing happens (the SQL functions notify it); in eager
+# mode the messages run where the caller's commit would be. The switch is here, not in them.
+# ---------------------------------------------------------------------------------------
+
+
 def after_enqueue(queue: str, ids: Sequence[int], alias: str) -> None:
-    """Run ``ids`` now or when the enqueuing transaction commits (see the module's docstring)."""
-    if not ids:
-        return
-    when_committed(functools.partial(run, queue, list(ids), alias), alias)
+    """New messages of ``queue`` were written (see the module's docstring)."""
+    if ids and enabled():
+        when_committed(functools.partial(run, queue, list(ids), alias), alias)
+
+
+def after_workflow(workflow_id: int, alias: str) -> None:
+    """A workflow was started, or its dead steps requeued: its due steps run."""
+    if enabled() and _workflow_runner is not None:
+        when_committed(functools.partial(_workflow_runner, workflow_id, alias), alias)
+
+
+def made_due(ids: Sequence[int], alias: str) -> None:
+    """Existing messages were made due (a requeue of dead letters, a resume, an emitted event):
+    plain ones run by queue, a workflow's step runs its workflow on, so the steps its success
+    releases run too."""
+    if ids and enabled():
+        when_committed(functools.partial(_run_made_due, list(ids), alias), alias)
+
+
+def _run_made_due(ids: list[int], alias: str) -> None:
+    from .models import Message as MessageRow
+
+    plain: dict[str, list[int]] = {}
+    flows: set[int] = set()
+    rows = MessageRow.objects.using(alias).filter(id__in=ids).values_list("id", "channel__queue", "dedup_key")
+    for message_id, queue, dedup_key in rows.order_by("id"):
+        workflow_id = workflow_of(dedup_key) if is_step(dedup_key) else None
+        if workflow_id is not None:
+            flows.add(workflow_id)
+        else:
+            plain.setdefault(queue, []).append(message_id)
+    for queue, queue_ids in sorted(plain.items()):
+        run(queue, queue_ids, alias)
+    for workflow_id in sorted(flows):
+        if _workflow_runner is not None:
+            _workflow_runner(workflow_id, alias)
 
 
 def when_committed(deliver: Any, alias: str) -> None:
@@ -236,17 +284,3 @@ def _deliver(recorder: Recorder, handle: Any, message: Message) -> str | None:
     # emit_event (or testing.resume) runs it again. Snoozes stay bounded as in a worker: an
     # endless snoozer ends in failures, then dead.
     return recorder.fail(outcome)
-
-
-def after_emit(ids: Sequence[int], alias: str) -> None:
-    """Run the waiting messages an emit woke, where the emitter's commit would be."""
-    if ids:
-        when_committed(functools.partial(_run_woken, list(ids), alias), alias)
-
-
-def _run_woken(ids: list[int], alias: str) -> None:
-    by_queue: dict[str, list[int]] = {}
-    for queue, message_id in db.rows("message_queues", {"ids": ids}, using=alias):
-        by_queue.setdefault(queue, []).append(message_id)
-    for queue, queue_ids in by_queue.items():
-        run(queue, queue_ids, alias)

@@ -163,9 +163,8 @@ def publish_many(
     rows = []
     for alias in aliases:
         found = db.rows("publish", params, using=alias, arrays=True)
-        if eager.enabled():
-            for queue, ids in found:
-                eager.after_enqueue(queue, list(ids), alias)
+        for queue, ids in found:
+            eager.after_enqueue(queue, list(ids), alias)
         rows.extend(found)
     if len(aliases) > 1:
         rows.sort(key=lambda row: row[0])  # queue-name order across databases too

@@ -19,7 +19,6 @@ with transaction.atomic():
 
 from __future__ import annotations
 
-import functools
 import heapq
 import json
 from collections.abc import Iterable, Mapping, Sequence
@@ -370,8 +369,7 @@ class Workflow:
         else:
             self.id = int(db.value("workflow_start", params, using=using, arrays=True))
         self._using = using
-        if eager.enabled():
-            eager.when_committed(functools.partial(run_eagerly, self.id, using), using)
+        eager.after_workflow(self.id, using)
         return self.id
 
 
@@ -615,9 +613,8 @@ def requeue_failed_steps(workflow_id: int, *, using: str | None = None) -> list[
             using=using,
         )
     )
-    if requeued and eager.enabled():
-        alias = db.alias(using)
-        eager.when_committed(functools.partial(run_eagerly, params["id"], alias), alias)
+    if requeued:
+        eager.after_workflow(params["id"], db.alias(using))
     return requeued
 
 

@@ -420,11 +420,6 @@ SELECT s.name, s.kind, s.created_at, pg_catalog.left(s.result::text, %(chars)s::
        pg_catalog.octet_length(s.result::text), s.event_key, s.until_ms, s.done
   FROM lonnymq_step s WHERE s.message_id = %(id)s::bigint ORDER BY s.created_at, s.name
 
--- name: message_queues
--- The queue of each of these messages (eager mode runs the messages an emit woke).
-SELECT c.queue, m.id FROM lonnymq_message m JOIN lonnymq_channel c ON c.id = m.channel_id
- WHERE m.id = ANY (%(ids)s::bigint[]) ORDER BY c.queue, m.id
-
 -- name: suspended_counts
 -- Suspended messages per queue: waiting (not leased) with a pending sleep or wait.
 SELECT c.queue, pg_catalog.count(DISTINCT s.message_id)

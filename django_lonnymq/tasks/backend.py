@@ -144,8 +144,7 @@ class LonnyMQBackend(BaseTaskBackend):
         if keyed is not None:
             return self._enqueue_keyed(task, result, params, keyed, database)
         message_id = int(db.value("enqueue_task", params, using=database))
-        if eager.enabled():
-            eager.after_enqueue(task.queue_name, [message_id], database)
+        eager.after_enqueue(task.queue_name, [message_id], database)
         _task_signals.task_enqueued.send(type(self), task_result=result)
         return result
 
@@ -166,8 +165,7 @@ class LonnyMQBackend(BaseTaskBackend):
         (record,) = db.models(TaskResultRecord, "enqueue_task_keyed", params, using=database)
         outcome = record.outcome
         if outcome == "created":
-            if eager.enabled():
-                eager.after_enqueue(task.queue_name, [int(record.message_id)], database)
+            eager.after_enqueue(task.queue_name, [int(record.message_id)], database)
             _task_signals.task_enqueued.send(type(self), task_result=result)
             return result
         if record.task_path == task.module_path:

@@ -272,3 +272,56 @@ def test_no_module_over_700_lines():
         name: n for name, path in sources().items() if (n := len(path.read_text().splitlines())) > MAX_LINES
     }
     assert long == {}, f"split these into modules of one job each: {long}"
+
+
+# Eager mode is a switch of the lifecycle's executor, read by eager itself and by the testing
+# helpers that drive it: producers call its hooks (after_enqueue, made_due, after_workflow),
+# which do nothing with a worker.
+MAY_ASK_IF_EAGER = {f"{PACKAGE}.eager", f"{PACKAGE}.testing"}
+# The statements that record a handler's outcome are named in one place: the lifecycle both
+# executors run (the worker's connection, eager mode's Django connection).
+OUTCOME_STATEMENTS = ("ack", "workflow_ack", "fail", "snooze", "suspend", "dequeue")
+
+
+STATEMENT_CALLS = {"run", "value", "rows", "run_value", "models", "quietly"}
+
+
+def _statements_named(tree: ast.AST) -> list[tuple[int, str]]:
+    """The statement names a module passes to a runner (``x.value("ack", ...)``)."""
+    found = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in STATEMENT_CALLS
+        ):
+            for arg in node.args[:2]:  # (name, params) or (conn, name, params)
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    found.append((node.lineno, arg.value))
+    return found
+
+
+def test_only_eager_mode_asks_whether_it_is_on():
+    asking = {
+        f"{name}:{node.lineno}"
+        for name, path in sources().items()
+        if name not in MAY_ASK_IF_EAGER
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "enabled"
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id.lstrip("_") == "eager"
+    }
+    assert asking == set(), "producers call eager's hooks, which check the switch themselves"
+
+
+def test_the_lifecycle_statements_are_named_in_one_module():
+    naming = {
+        f"{name}:{line}": value
+        for name, path in sources().items()
+        if name != f"{PACKAGE}.worker.lifecycle"
+        for line, value in _statements_named(ast.parse(path.read_text()))
+        if value in OUTCOME_STATEMENTS
+    }
+    assert naming == {}, "lease and record outcomes through worker/lifecycle.py"

@@ -41,10 +41,10 @@ from django.db import DatabaseError, transaction
 
 from django_lonnymq import alarms, api, db
 from django_lonnymq.bounds import MAX_INTERVAL
-from django_lonnymq.conf import settings
 from django_lonnymq.exceptions import LonnyMQError
 from django_lonnymq.management.options import check_database
 from django_lonnymq.routing import databases_of
+from django_lonnymq.worker.lifecycle import DjangoExecutor, lease
 
 TABLES = ("lonnymq_channel", "lonnymq_message", "lonnymq_wake", "lonnymq_dedup", "lonnymq_dead_message")
 
@@ -248,9 +248,9 @@ class Command(BaseCommand):
         for queue in queues:
             try:
                 with transaction.atomic(using=alias):
-                    probe = {"queue": queue, "batch_size": 1, "lease_ms": 1000, "worker": "lonnymq_health",
-                             "tolerance_ms": settings.ms("WAKE_TOLERANCE")}  # fmt: skip
-                    db.rows("dequeue", probe, using=alias)
+                    lease(
+                        DjangoExecutor(alias), queue, 1, worker="lonnymq_health", lease_ms=1000, using=alias
+                    )
                     transaction.set_rollback(True, using=alias)
                 results[queue] = None
             except (DatabaseError, LonnyMQError) as exc:
