@@ -16,7 +16,9 @@ from django_lonnymq.models import DeadMessage
 from django_lonnymq.testing import drain
 from django_lonnymq.workflows import requeue_failed_steps
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# slow: each test stores and reads back tens of megabytes of outputs (12-20 s each), so it runs
+# in make test, not in the edit loop (make test-fast).
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 PART = [1] * 690_000  # 1.38 MB as JSON, 8,280,008 bytes stored: nine take 74,520,072
 PART_BYTES = 8_280_008
