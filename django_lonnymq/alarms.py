@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from . import db
+from . import statements
 from .bounds import MAX_INTERVAL
 from .conf import DEFAULTS, lost_after, settings, to_ms
 from .figures import format_age
@@ -83,7 +83,7 @@ class HorizonHolder:
 
 def live_workers(using: str | None = None) -> dict[str, int]:
     """Live workers per queue they serve, from the workers' rows (docs/admin.md, Workers)."""
-    rows = db.rows("live_workers", {"lost_after_s": lost_after().total_seconds()}, using=using)
+    rows = statements.live_workers(lost_after_s=lost_after().total_seconds(), on=using)
     return {queue: int(n) for queue, n in rows}
 
 
@@ -164,7 +164,7 @@ def health_figures(using: str | None = None, *, cap: int = HEALTH_COUNT_CAP) -> 
     dashboard and the stats."""
     alias = using or settings.DATABASE
     found = []
-    for queue, ready, paused, head, now_ms in db.rows("queue_health", {"cap": cap}, using=alias):
+    for queue, ready, paused, head, now_ms in statements.queue_health(cap=cap, on=alias):
         sample = QueueSample(
             queue=queue, channels=0, paused_channels=0, ready=ready, scheduled=0, in_flight=0, dead=0,
             oldest_ready_ms=None if head is None or head > now_ms else now_ms - head, paused=paused,
@@ -198,7 +198,7 @@ def horizon_alarm() -> float | None:
 def horizon_holders(using: str | None = None, *, limit: int = HORIZON_HOLDERS) -> list[HorizonHolder]:
     """What holds the xmin horizon of the queue's database back, the oldest horizon first."""
     alias = using or settings.DATABASE
-    return [HorizonHolder(*row) for row in db.rows("horizon_holders", {"limit": limit}, using=alias)]
+    return [HorizonHolder(*row) for row in statements.horizon_holders(limit=limit, on=alias)]
 
 
 def horizon_alarms(holders: Iterable[HorizonHolder], *, max_age: float | None) -> list[Alarm]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from . import arguments, bounds, db, durable, eager, tracing, workflows
+from . import arguments, bounds, db, durable, eager, statements, tracing, workflows
 from .arguments import now_ms  # noqa: F401 - api.now_ms() is part of the API
 from .conf import enqueue_params, settings
 from .durations import duration_ms
@@ -101,9 +101,9 @@ def enqueue(
     refuse_cross_database("enqueue", using)
     with tracing.enqueuing(queue, channel) as traced:
         if traced.context is None:
-            message_id = int(db.value("enqueue", params, using=using))
+            message_id = int(statements.enqueue(**params, on=using))
         else:
-            message_id = int(db.value("enqueue_traced", {**params, "context": traced.context}, using=using))
+            message_id = int(statements.enqueue_traced(**params, context=traced.context, on=using))
         traced([message_id])
     eager.after_enqueue(queue, [message_id], using)
     return message_id
@@ -189,10 +189,10 @@ def enqueue_many(
     refuse_cross_database("enqueue_many", using)
     with tracing.enqueuing(queue, None) as traced:
         if traced.context is None:
-            ids = [int(i) for i in db.value("enqueue_many", params, using=using, arrays=True)]
+            ids = [int(i) for i in statements.enqueue_many(**params, on=using)]
         else:
             traced_params = {**params, "context": traced.context}
-            ids = [int(i) for i in db.value("enqueue_many_traced", traced_params, using=using, arrays=True)]
+            ids = [int(i) for i in statements.enqueue_many_traced(**traced_params, on=using)]
         traced(ids)
     eager.after_enqueue(queue, ids, using)
     return ids
@@ -249,7 +249,7 @@ def configure_channel(
         "no_plan": plan is None,
         "inherit": inherited,
     }
-    return int(db.value("configure_channel", params, using=queue_database(queue, using)))
+    return int(statements.configure_channel(**params, on=queue_database(queue, using)))
 
 
 PLAN_LIMITS = ("weight", "max_concurrency", "release_interval", "rate")
@@ -316,7 +316,7 @@ def configure_plan(
     """
     arguments.name("name", name, bounds.MAX_PLAN_NAME)
     params = {"name": name, **_limit_params(weight, max_concurrency, release_interval, rate)}
-    return int(db.value("configure_plan", params, using=using))
+    return int(statements.configure_plan(**params, on=using))
 
 
 def delete_plan(name: str, *, using: str | None = None) -> None:
@@ -328,7 +328,7 @@ def delete_plan(name: str, *, using: str | None = None) -> None:
     (``configure_channel(queue, name, plan=...)``).
     """
     arguments.name("name", name, bounds.MAX_PLAN_NAME)
-    db.value("delete_plan", {"name": name}, using=using)
+    statements.delete_plan(name=name, on=using)
 
 
 def configure_queue(
@@ -373,8 +373,8 @@ def configure_queue(
     }
     using = queue_database(queue, using)
     if default_plan is _UNSET:
-        return bool(db.value("configure_queue", params, using=using))
-    return bool(db.value("configure_queue_plan", {**params, "plan": plan_name}, using=using))
+        return bool(statements.configure_queue(**params, on=using))
+    return bool(statements.configure_queue_plan(**params, plan=plan_name, on=using))
 
 
 def pause_queue(queue: str, *, using: str | None = None) -> bool:
@@ -386,15 +386,13 @@ def pause_queue(queue: str, *, using: str | None = None) -> bool:
     :class:`~django_lonnymq.exceptions.InvalidArgument`). Returns whether it was running.
     """
     arguments.queue(queue)
-    return bool(db.value("pause_queue", {"queue": queue, "paused": True}, using=queue_database(queue, using)))
+    return bool(statements.pause_queue(queue=queue, paused=True, on=queue_database(queue, using)))
 
 
 def resume_queue(queue: str, *, using: str | None = None) -> bool:
     """Resume a paused queue (idle workers are woken). Returns whether it was paused."""
     arguments.queue(queue)
-    return bool(
-        db.value("pause_queue", {"queue": queue, "paused": False}, using=queue_database(queue, using))
-    )
+    return bool(statements.pause_queue(queue=queue, paused=False, on=queue_database(queue, using)))
 
 
 def requeue_dead(ids: Iterable[int], *, reset_attempts: bool = True, using: str | None = None) -> list[int]:
@@ -403,8 +401,11 @@ def requeue_dead(ids: Iterable[int], *, reset_attempts: bool = True, using: str 
     A dead step of a cancelled workflow stays dead and is left out of the result (run again,
     it would release nothing). In eager mode they run as new messages do (a workflow's dead
     step resumes its workflow)."""
-    params = {"ids": arguments.message_ids(ids), "reset_attempts": bool(reset_attempts), **enqueue_params()}
-    requeued = list(db.value("requeue_dead", params, using=using))
+    requeued = list(
+        statements.requeue_dead(
+            ids=arguments.message_ids(ids), reset_attempts=bool(reset_attempts), **_tolerance(), on=using
+        )
+    )
     eager.made_due(requeued, db.alias(using))
     return requeued
 
@@ -430,12 +431,12 @@ def cancel_rows(
 ) -> list[tuple[int, bool]]:
     """:func:`cancel`, with whether each message was running: ``[(id, running), ...]``."""
     params = {"ids": arguments.message_ids(ids), "missing_ok": bool(missing_ok)}
-    return [(int(row[0]), bool(row[1])) for row in db.rows("cancel", params, using=using)]
+    return [(int(row[0]), bool(row[1])) for row in statements.cancel(**params, on=using)]
 
 
 def run_now(ids: Iterable[int], *, using: str | None = None) -> list[int]:
     """Make scheduled or backed-off messages ready now. Returns the ids moved."""
-    return list(db.value("run_now", {"ids": arguments.message_ids(ids), **enqueue_params()}, using=using))
+    return list(statements.run_now(ids=arguments.message_ids(ids), **_tolerance(), on=using))
 
 
 def emit_event(key: str, payload: Any = None, *, using: str | None = None) -> bool:
@@ -450,7 +451,7 @@ def emit_event(key: str, payload: Any = None, *, using: str | None = None) -> bo
     key = durable.check_key(key)
     text = durable.json_text(payload, "payload")
     params = {"key": key, "payload": text, "tolerance_ms": settings.ms("WAKE_TOLERANCE")}
-    woken = db.value("emit_event", params, using=using)
+    woken = statements.emit_event(**params, on=using)
     eager.made_due(list(woken or ()), db.alias(using))
     return woken is not None
 
@@ -463,7 +464,7 @@ async def aemit_event(key: str, payload: Any = None, *, using: str | None = None
 def resume(ids: Iterable[int], *, using: str | None = None) -> list[int]:
     """Resume suspended messages now: a pending sleep ends, a pending wait times out (its
     ``message.wait`` returns None). Returns the ids made due. In eager mode they run."""
-    moved = list(db.value("resume", {"ids": arguments.message_ids(ids), **_tolerance()}, using=using))
+    moved = list(statements.resume(ids=arguments.message_ids(ids), **_tolerance(), on=using))
     eager.made_due(moved, db.alias(using))
     return moved
 
@@ -472,7 +473,7 @@ def forget_steps(message_id: int, name: str, *, using: str | None = None) -> lis
     """ "Run again from step ``name``": forget that checkpoint of the message and every one
     written after it, so the next run of its handler does them again. Returns the names."""
     params = {"id": arguments.message_id("message_id", message_id), "name": durable.check_name(name)}
-    return list(db.value("forget_steps", params, using=using) or [])
+    return list(statements.forget_steps(**params, on=using) or [])
 
 
 def suspended_counts(*, using: str | None = None) -> dict[str, int]:
@@ -486,9 +487,7 @@ def _tolerance() -> dict[str, int]:
 
 def purge_channel(channel_id: int, *, using: str | None = None) -> int:
     """Delete every message of a channel that is not in flight. Returns how many."""
-    return int(
-        db.value("purge_channel", {"channel_id": arguments.message_id("channel_id", channel_id)}, using=using)
-    )
+    return int(statements.purge_channel(channel_id=arguments.message_id("channel_id", channel_id), on=using))
 
 
 def delete_channel(channel_id: int, *, using: str | None = None) -> str:
@@ -497,14 +496,12 @@ def delete_channel(channel_id: int, *, using: str | None = None) -> str:
     Returns ``"deleted"``, ``"missing"``, ``"not_empty"`` or ``"busy"`` (try again). Its dead
     messages stay; requeueing them recreates the channel.
     """
-    return str(
-        db.value("delete_channel", {"id": arguments.message_id("channel_id", channel_id)}, using=using)
-    )
+    return str(statements.delete_channel(id=arguments.message_id("channel_id", channel_id), on=using))
 
 
 def purge_dead(ids: Iterable[int], *, using: str | None = None) -> list[int]:
     """Delete dead messages for good. Returns the ids deleted."""
-    return list(db.value("purge_dead", {"ids": arguments.message_ids(ids)}, using=using))
+    return list(statements.purge_dead(ids=arguments.message_ids(ids), on=using))
 
 
 def reap(*, limit: int = 500, using: str | None = None) -> int:
@@ -514,7 +511,7 @@ def reap(*, limit: int = 500, using: str | None = None) -> int:
         "dedup_window_ms": settings.ms("DEDUP_WINDOW"),
         "tolerance_ms": settings.ms("WAKE_TOLERANCE"),
     }
-    return int(db.value("reap", params, using=using))
+    return int(statements.reap(**params, on=using))
 
 
 @dataclass(frozen=True)
@@ -534,11 +531,11 @@ def check(*, grace: timedelta | float = 1.0, using: str | None = None) -> list[P
     and the workflow steps whose state disagrees with their parents' or their message's (a
     queued step whose message a purge deleted: ``workflow_step_lost``) (empty: healthy)."""
     params = {"grace_ms": duration_ms("grace", grace, bounds.MAX_LEASE)}
-    problems = [Problem(*row) for row in db.rows("check", params, using=using)]
+    problems = [Problem(*row) for row in statements.check(**params, on=using)]
     # Workflow invariants: no waiting step whose parents all succeeded, no released step
     # with a parent that has not, no queued step without a message (no channel id: these
     # are about steps).
-    problems.extend(Problem(None, *row) for row in db.rows("workflow_check", using=using))
+    problems.extend(Problem(None, *row) for row in statements.workflow_check(on=using))
     return problems
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.db import transaction
 
-from . import arguments, bounds, db, jsontext
+from . import arguments, bounds, jsontext, statements
 from .conf import settings
 from .durations import duration_ms
 from .exceptions import DuplicateStep, InvalidArgument, Suspended
@@ -87,7 +87,7 @@ class Durable:
         if not callable(fn):
             raise InvalidArgument("fn", "must be callable", fn)
         ident = {"id": message.id, "name": name}
-        for kind, result, _done in db.rows("step_get", ident, using=self.using):
+        for kind, result, _done in statements.step_get(**ident, on=self.using):
             if kind != "step":
                 raise InvalidArgument("name", f"is already a {kind} of this message", name)
             return _decoded(result)
@@ -95,7 +95,7 @@ class Durable:
             value = fn(*args, **kwargs)
             text = json_text(value, "result")
             params = {**ident, "token": str(message.lease_token), "result": text}
-            db.value("step_save", params, using=self.using)
+            statements.step_save(**params, on=self.using)
         self.on_checkpoint()
         # What a re-run will get: the stored JSON, decoded (a tuple comes back as a list).
         return jsontext.decode(text)
@@ -126,7 +126,7 @@ class Durable:
         params = {"id": message.id, "token": str(message.lease_token), "name": name, "key": key,
                   "delay_ms": delay_ms}  # fmt: skip
         with transaction.atomic(using=self.using):
-            [row] = db.rows("durable_pause", params, using=self.using)
+            [row] = statements.durable_pause(**params, on=self.using)
         self.on_checkpoint()
         return row[0], row[1], row[2]
 
@@ -143,7 +143,7 @@ def real_sleeps() -> Iterator[None]:
 
 def suspended_counts(*, using: str | None = None) -> dict[str, int]:
     """Suspended messages (a pending sleep or wait, not running) per queue, on one database."""
-    return {str(queue): int(n) for queue, n in db.rows("suspended_counts", using=using)}
+    return {str(queue): int(n) for queue, n in statements.suspended_counts(on=using)}
 
 
 # How often each worker prunes old events and the checkpoints of messages that are gone, and
@@ -172,7 +172,7 @@ class Pruner:
         self._next_at = now + self.interval
         try:
             params = {"event_retention_ms": settings.ms("EVENT_RETENTION"), "limit": PRUNE_BATCH}
-            pruned = int(db.run_value(conn, "durable_prune", params) or 0)
+            pruned = int(statements.durable_prune(**params, on=conn) or 0)
         except Exception as exc:  # noqa: BLE001 - housekeeping must never stop the worker
             logger.error("durable housekeeping: %s: %s", type(exc).__name__, exc)
             return

@@ -35,7 +35,7 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from django.db import connections, transaction
 
-from . import db
+from . import statements
 from .conf import settings
 from .exceptions import Suspended
 from .message import Message, is_step, workflow_of
@@ -211,9 +211,7 @@ def run(queue: str, ids: list[int], alias: str) -> None:
     waiting = set(ids)
     empty = 0
     while waiting and empty < _EMPTY_TRIES:
-        db.value(
-            "run_now", {"ids": sorted(waiting), "tolerance_ms": settings.ms("WAKE_TOLERANCE")}, using=alias
-        )
+        statements.run_now(ids=sorted(waiting), tolerance_ms=settings.ms("WAKE_TOLERANCE"), on=alias)
         executor = DjangoExecutor(alias)
         messages = lease(
             executor, queue, 100, worker="eager", lease_ms=settings.ms("LEASE"), using=alias, eager=True

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import arguments, db
+from . import arguments, statements
 from .routing import queue_database
 
 # The largest bucket a rate may have (rates.py, lonnymq_channel_rate_burst_range).
@@ -48,9 +48,7 @@ def consume(queue: str, channel: str, tokens: int = 1, *, using: str | None = No
     arguments.queue(queue)
     arguments.channel(channel)
     arguments.integer("tokens", tokens, 1, MAX_TOKENS)
-    row = db.rows(
-        "consume", {"queue": queue, "channel": channel, "tokens": tokens}, using=queue_database(queue, using)
-    )[0]
+    row = statements.consume(queue=queue, channel=channel, tokens=tokens, on=queue_database(queue, using))[0]
     ok, retry_after_ms = row
     return Consumed(bool(ok), retry_after_ms / 1000.0)
 

@@ -35,7 +35,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 import psycopg
 from cronsim import CronSim, CronSimError
 
-from . import arguments, bounds, db
+from . import arguments, bounds, statements
 from .bounds import MAX_INTERVAL
 from .conf import settings
 from .exceptions import InvalidArgument, LonnyMQError, sql_errors
@@ -478,14 +478,14 @@ def sync(
     """
     chosen = list(declarations() if found is None else found)
     with sql_errors(), conn.transaction():
-        now_ms = int(db.run_value(conn, "now_ms"))
+        now_ms = int(statements.now_ms(on=conn))
         params = {
             "queues": None if queues is None else list(queues),
             "names": [d.name for d in chosen],
             "declared": [json.dumps(d.declared(), sort_keys=True) for d in chosen],
             "next_tick_ats": [_first_tick_or_now(d, now_ms) for d in chosen],
         }
-        added, changed, removed = db.run(conn, "sync_schedules", params)[0]
+        added, changed, removed = statements.sync_schedules(**params, on=conn)[0]
     return SyncResult(int(added), int(changed), int(removed))
 
 
@@ -523,7 +523,7 @@ def _check(
         "tolerance_ms": settings.ms("WAKE_TOLERANCE"),
     }
     with sql_errors(), conn.transaction():
-        rows = db.run(conn, "claim_schedules", {"queues": list(queues), "now_ms": now_ms, "limit": limit})
+        rows = statements.claim_schedules(queues=list(queues), now_ms=now_ms, limit=limit, on=conn)
         # Compute every tick first, holding no lock but the claimed schedule rows' (for a
         # bounded time: each computation, and the check's budget), then fire: no enqueue's
         # channel lock is ever held while a computation runs.
@@ -538,7 +538,7 @@ def _check(
             schedule_id = fire["id"]
             try:
                 with conn.transaction():  # a savepoint: one schedule's failure is its own
-                    db.run(conn, "fire_schedule", {**fire, "error": error, **common})
+                    statements.fire_schedule(**fire, error=error, **common, on=conn)
             except psycopg.OperationalError:
                 if conn.broken:
                     raise
@@ -548,7 +548,7 @@ def _check(
             except (psycopg.Error, LonnyMQError) as exc:  # what it enqueues is refused: park it, say why
                 logger.error("schedule %s cannot tick: %s", schedule_id, _first_line(exc))
                 parked = {**fire, "ticks": [], "next_tick_at": None, "error": _first_line(exc)}
-                db.run(conn, "fire_schedule", {**parked, **common})
+                statements.fire_schedule(**parked, **common, on=conn)
     return len(fires), len(fires) < len(rows) or len(rows) >= limit
 
 

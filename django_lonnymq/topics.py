@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from . import arguments, bounds, db, eager, routing
+from . import arguments, bounds, eager, routing, statements
 from .conf import enqueue_params, settings
 
 # (topic, queue) pairs declared with subscribe(), in declaration order.
@@ -77,7 +77,7 @@ def sync_subscriptions(*, using: str | None = None) -> int:
     for alias, queues in routing.by_database([q for _, q in pairs], using).items():
         mine = [(t, q) for t, q in pairs if q in queues]
         params = {"topics": [t for t, _ in mine], "queues": [q for _, q in mine]}
-        created += int(db.value("subscribe", params, using=alias))
+        created += int(statements.subscribe(**params, on=alias))
     return created
 
 
@@ -162,7 +162,7 @@ def publish_many(
         aliases = _subscribed(topic, aliases) or aliases[:1]
     rows = []
     for alias in aliases:
-        found = db.rows("publish", params, using=alias, arrays=True)
+        found = statements.publish(**params, on=alias)
         for queue, ids in found:
             eager.after_enqueue(queue, list(ids), alias)
         rows.extend(found)

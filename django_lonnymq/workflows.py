@@ -28,7 +28,7 @@ from typing import Any
 
 from django.db import transaction
 
-from . import arguments, bounds, db, eager, routing
+from . import arguments, bounds, db, eager, routing, statements
 from .conf import settings
 from .durations import duration_ms
 from .exceptions import InvalidArgument
@@ -357,7 +357,7 @@ class Workflow:
 
             # The task steps' result rows, in the same transaction (message_id: the step's id).
             with transaction.atomic(using=using):
-                self.id = int(db.value("workflow_start", params, using=using, arrays=True))
+                self.id = int(statements.workflow_start(**params, on=using))
                 ids = dict(
                     WorkflowStepRecord.objects.using(using)
                     .filter(workflow_id=self.id, name__in=[s.name for s in results])
@@ -367,7 +367,7 @@ class Workflow:
                     [{**(s.task or {}), "message_id": ids[s.name]} for s in results], using
                 )
         else:
-            self.id = int(db.value("workflow_start", params, using=using, arrays=True))
+            self.id = int(statements.workflow_start(**params, on=using))
         self._using = using
         eager.after_workflow(self.id, using)
         return self.id
@@ -520,7 +520,7 @@ def _unknown(workflow_id: Any, using: str | None) -> InvalidArgument:
 
 def _state(workflow_id: int, using: str | None) -> str:
     """A workflow's state; an id of no workflow raises."""
-    found = db.rows("workflow_state", {"id": workflow_id}, using=using)
+    found = statements.workflow_state(id=workflow_id, on=using)
     if not found:
         raise _unknown(workflow_id, using)
     return str(found[0][3])
@@ -529,13 +529,13 @@ def _state(workflow_id: int, using: str | None) -> str:
 def workflow(workflow_id: int, *, using: str | None = None) -> WorkflowState:
     """A workflow's state and each step's state and times."""
     params = {"id": arguments.message_id("workflow_id", workflow_id)}
-    found = db.rows("workflow_state", params, using=using)
+    found = statements.workflow_state(**params, on=using)
     if not found:
         raise _unknown(workflow_id, using)
     w = found[0]
     steps = tuple(
         StepState(r[0], r[1], r[2], r[3], r[4], _json(r[5]), r[6], r[7], r[8], r[9], tuple(r[10]))
-        for r in db.rows("workflow_steps", params, using=using)
+        for r in statements.workflow_steps(**params, on=using)
     )
     return WorkflowState(w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9], steps)
 
@@ -548,7 +548,7 @@ def cancel_workflow(workflow_id: int, *, using: str | None = None) -> int:
     alias = db.alias(using)
     with transaction.atomic(using=alias):
         results = _task_results_of_unfinished_steps(params["id"], alias)
-        told = int(db.value("workflow_cancel", params, using=alias))
+        told = int(statements.workflow_cancel(**params, on=alias))
         if results:
             from . import tasks
             from .models import WorkflowStepRecord
@@ -603,14 +603,12 @@ def requeue_failed_steps(workflow_id: int, *, using: str | None = None) -> list[
         raise InvalidArgument(
             "workflow_id", "must name a workflow that is not cancelled (its steps stay dead)", workflow_id
         )
-    ids = [int(r[0]) for r in db.rows("workflow_failed_steps", params, using=using)]
+    ids = [int(r[0]) for r in statements.workflow_failed_steps(**params, on=using)]
     if not ids:
         return []
     requeued = list(
-        db.value(
-            "requeue_dead",
-            {"ids": ids, "reset_attempts": True, "tolerance_ms": settings.ms("WAKE_TOLERANCE")},
-            using=using,
+        statements.requeue_dead(
+            ids=ids, reset_attempts=True, tolerance_ms=settings.ms("WAKE_TOLERANCE"), on=using
         )
     )
     if requeued:
@@ -620,7 +618,7 @@ def requeue_failed_steps(workflow_id: int, *, using: str | None = None) -> list[
 
 def counts(*, using: str | None = None) -> dict[str, int]:
     """How many workflows are in each state: running, succeeded, failed, cancelled."""
-    return {str(state): int(n) for state, n in db.rows("workflow_counts", using=using)}
+    return {str(state): int(n) for state, n in statements.workflow_counts(on=using)}
 
 
 def prune(older_than: timedelta | float, *, limit: int = 1000, using: str | None = None) -> int:
@@ -631,7 +629,7 @@ def prune(older_than: timedelta | float, *, limit: int = 1000, using: str | None
         "older_than_ms": duration_ms("older_than", older_than, bounds.MAX_INTERVAL),
         "limit": arguments.integer("limit", limit, 1, 100_000),
     }
-    return int(db.value("workflow_prune", params, using=using))
+    return int(statements.workflow_prune(**params, on=using))
 
 
 def run_eagerly(workflow_id: int, alias: str) -> None:

@@ -26,7 +26,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.translation import ngettext
 
-from .. import api, bounds, db
+from .. import api, bounds, statements
 from ..conf import settings
 from ..models import Channel, Message
 from . import dashboard
@@ -66,7 +66,7 @@ def channel_counts(ids: list[int], using: str) -> dict[int, ChannelCounts]:
     (bounded ranges of the ready index), in flight from the lease index (see the SQL)."""
     if not ids:
         return {}
-    rows = db.rows("channel_counts", {"ids": ids, "cap": COUNT_CAP}, using=using)
+    rows = statements.channel_counts(ids=ids, cap=COUNT_CAP, on=using)
     return {row[0]: ChannelCounts(*row[1:]) for row in rows}
 
 

@@ -24,7 +24,7 @@ from django.utils import formats, timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
-from .. import db
+from .. import statements
 from ..exceptions import InvalidArgument
 from ..models import Channel, Message
 from ..rates import Rate
@@ -165,7 +165,7 @@ class EstimatedCountPaginator(Paginator):
     def count(self) -> int:
         queryset: QuerySet[Any] = self.object_list  # type: ignore[assignment]
         if not queryset.query.where:
-            estimate = db.value("estimated_rows", {"table": queryset.model._meta.db_table}, using=queryset.db)
+            estimate = statements.estimated_rows(table=queryset.model._meta.db_table, on=queryset.db)
             if estimate is not None and estimate > COUNT_CAP:
                 self.count_is_estimate = True
                 return int(estimate)

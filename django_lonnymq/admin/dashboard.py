@@ -22,7 +22,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import urlencode
 
-from .. import alarms, api, db, workflows
+from .. import alarms, api, statements, workflows
 from ..conf import settings
 from ..exceptions import InvalidArgument
 from ..figures import (
@@ -203,7 +203,7 @@ def tenants(
     statement ``queue_tenants``). In a paused queue (``queue_paused``) a channel with work
     waits for the queue's resume, not for a worker."""
     params = {"queue": queue, "limit": TENANTS, "cap": COUNT_CAP, "candidates": TENANT_CANDIDATES}
-    rows = db.rows("queue_tenants", params, using=using)
+    rows = statements.queue_tenants(**params, on=using)
     live, full = workers.serving(queue, using=using)
     if not live:
         why_waiting = "ready, waiting for a worker: none is running"

@@ -7,7 +7,7 @@ from django.db import models, router, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from .. import db
+from .. import statements
 from ..bounds import (
     MAX_CHANNEL_NAME,
     MAX_INTERVAL_MS,
@@ -30,7 +30,7 @@ def _delete_channels(ids: list[int], using: str) -> int:
     deleted = 0
     with transaction.atomic(using=using):
         for channel_id in sorted(ids):
-            outcome = db.value("delete_channel", {"id": channel_id}, using=using)
+            outcome = statements.delete_channel(id=channel_id, on=using)
             if outcome == "deleted":
                 deleted += 1
             elif outcome != "missing":

@@ -7,7 +7,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from .. import db
+from .. import statements
 from ..bounds import (
     MAX_INTERVAL_MS,
     MAX_QUEUE_NAME,
@@ -181,7 +181,7 @@ class QueueSample(models.Model):
         from ..sampling import count_cap
 
         params = {"queues": queues, "cap": count_cap()}
-        samples: list[QueueSample] = db.models(cls, "queue_stats", params, using=using)
+        samples: list[QueueSample] = statements.queue_stats(model=cls, **params, on=using)
         for sample in samples:
             sample._state.adding = True  # not stored: saving would insert it
         return samples
@@ -191,7 +191,7 @@ class QueueSample(models.Model):
         """Record a sample of every queue now; drop samples older than ``keep_ms``."""
         from ..sampling import count_cap
 
-        return db.models(cls, "record_samples", {"keep_ms": keep_ms, "cap": count_cap()}, using=using)
+        return statements.record_samples(model=cls, keep_ms=keep_ms, cap=count_cap(), on=using)
 
 
 # ---------------------------------------------------------------------------------------

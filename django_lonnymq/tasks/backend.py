@@ -7,7 +7,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from .. import arguments, bounds, db, routing
+from .. import arguments, bounds, routing, statements
 from ..conf import enqueue_params
 from ..conf import settings as lonnymq_settings
 from ..exceptions import (
@@ -143,7 +143,7 @@ class LonnyMQBackend(BaseTaskBackend):
         keyed = _dedup.get()
         if keyed is not None:
             return self._enqueue_keyed(task, result, params, keyed, database)
-        message_id = int(db.value("enqueue_task", params, using=database))
+        message_id = int(statements.enqueue_task(**params, on=database))
         eager.after_enqueue(task.queue_name, [message_id], database)
         _task_signals.task_enqueued.send(type(self), task_result=result)
         return result
@@ -162,7 +162,7 @@ class LonnyMQBackend(BaseTaskBackend):
         arguments.dedup_key(key)
         arguments.on_duplicate(mode, key)
         params = {**params, "dedup_key": key, "on_duplicate": mode}
-        (record,) = db.models(TaskResultRecord, "enqueue_task_keyed", params, using=database)
+        (record,) = statements.enqueue_task_keyed(model=TaskResultRecord, **params, on=database)
         outcome = record.outcome
         if outcome == "created":
             eager.after_enqueue(task.queue_name, [int(record.message_id)], database)

@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import Sequence
 
+from .. import statements
 from ..message import Message
 from ..worker.connection import ControlConnection
 from ..worker.held import Held
@@ -34,7 +35,11 @@ class TracingObserver(Observer):
     def fetched(self, messages: Sequence[Message]) -> None:
         if messages and self.consumer.active():
             ids = [message.id for message in messages]
-            self.consumer.loaded(self.connection.quietly("load trace contexts", "trace_load", {"ids": ids}))
+            self.consumer.loaded(
+                self.connection.quietly(
+                    "load trace contexts", lambda: statements.trace_load(ids=ids, on=self.connection)
+                )
+            )
 
     def handler_started(self, message: Message) -> None:
         try:
@@ -54,5 +59,6 @@ class TracingObserver(Observer):
             self._next_prune = now + TRACE_PRUNE_EVERY
             self.consumer.forget(self.held.ids())
             self.connection.quietly(
-                "drop old trace contexts", "trace_prune", {"older_than_s": TRACE_PRUNE_EVERY}
+                "drop old trace contexts",
+                lambda: statements.trace_prune(older_than_s=TRACE_PRUNE_EVERY, on=self.connection),
             )

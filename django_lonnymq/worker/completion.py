@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import queue as queue_mod
 
+from .. import statements
 from ..conf import settings
 from ..message import Message
 from .connection import STATEMENT_ERRORS, ControlConnection, describe_failure
@@ -109,12 +110,10 @@ class Completion:
         """Give back leases whose handler never started (shutdown): due again at once."""
         if not messages:
             return
-        released = self.connection.value(
-            "release",
-            {
-                "ids": [m.id for m in messages],
-                "tokens": [str(m.lease_token) for m in messages],
-                "tolerance_ms": settings.ms("WAKE_TOLERANCE"),
-            },
+        released = statements.release(
+            ids=[m.id for m in messages],
+            tokens=[str(m.lease_token) for m in messages],
+            tolerance_ms=settings.ms("WAKE_TOLERANCE"),
+            on=self.connection,
         )
         self.stats.released += len(released or [])

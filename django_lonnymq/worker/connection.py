@@ -11,13 +11,14 @@ from __future__ import annotations
 import logging
 import random
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 from django.db import connections
 from psycopg.types.json import set_json_loads
 
-from .. import arguments, bounds, db, jsontext
+from .. import arguments, bounds, db, jsontext, statements
 from ..conf import SYNCHRONOUS_COMMIT_VALUES, settings
 from ..exceptions import LonnyMQError, SchemaMissing
 from .stats import Stats
@@ -110,8 +111,8 @@ class ControlConnection:
         # decode (nested too deep) becomes a value its message fails with, alone: raised, it
         # would fail the whole dequeue, after the batch was leased.
         set_json_loads(jsontext.decode, conn)
-        db.run(conn, "listen", prepare=False)
-        db.run(conn, "listen_cancels", prepare=False)
+        statements.listen(on=conn)
+        statements.listen_cancels(on=conn)
         return conn
 
     def ensure(self) -> bool:
@@ -218,11 +219,11 @@ class ControlConnection:
         rows = self.run(name, params)
         return rows[0][0] if rows else None
 
-    def quietly(self, what: str, name: str, params: db.Params = None) -> list[db.Row]:
+    def quietly(self, what: str, call: Callable[[], list[db.Row]]) -> list[db.Row]:
         """A statement that must never stop the worker: a failure is logged (a lost
         connection is raised, for the worker to reconnect)."""
         try:
-            return self.run(name, params)
+            return call()
         except Exception as exc:
             if self.is_lost(exc):
                 raise

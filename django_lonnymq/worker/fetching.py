@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Sequence
 
+from .. import statements
 from .completion import Completion
 from .connection import STATEMENT_ERRORS, ControlConnection, backoff, describe_failure
 from .handlers import Handlers
@@ -128,7 +129,7 @@ class Fetcher:
 
     def pending(self) -> bool:
         """Burst mode: does any queue still hold a message that is ready or in flight?"""
-        return bool(self.connection.value("pending", {"queues": self.queues}))
+        return bool(statements.pending(queues=self.queues, on=self.connection))
 
     def idle_wait(self) -> float:
         """Sleep until the earliest channel turn, capped by the poll interval.
@@ -141,7 +142,7 @@ class Fetcher:
             now = time.monotonic()
             if all(self._retry_at.get(q, 0.0) > now for q in self.queues):
                 return min(min(self._retry_at.values()) - now, self.poll_interval)
-        due_ms = self.connection.value("next_due", {"queues": self.queues})
+        due_ms = statements.next_due(queues=self.queues, on=self.connection)
         if due_ms is None:
             return self.poll_interval
         if due_ms <= 0:

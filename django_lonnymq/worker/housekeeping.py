@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
-from .. import db
+from .. import statements
 from ..bounds import MAX_INTERVAL
 from ..conf import settings, to_ms
 from ..exceptions import LeaseLost
@@ -76,13 +76,11 @@ class Leases:
 
     def _extend(self, held: list[Message]) -> None:
         """The heartbeat: extend the leases held, and learn which were cancelled meanwhile."""
-        rows = self.connection.run(
-            "extend",
-            {
-                "ids": [m.id for m in held],
-                "tokens": [str(m.lease_token) for m in held],
-                "lease_ms": self.lease_ms,
-            },
+        rows = statements.extend(
+            ids=[m.id for m in held],
+            tokens=[str(m.lease_token) for m in held],
+            lease_ms=self.lease_ms,
+            on=self.connection,
         )
         extended = {row[0] for row in rows}
         cancelled = {row[0] for row in rows if row[1]}
@@ -95,10 +93,8 @@ class Leases:
     def extend_for_handler(self, message: Message, duration: timedelta | float | None) -> None:
         """``message.extend_lease()``: on the handler thread's own Django connection."""
         lease_ms = to_ms(duration) if duration is not None else self.lease_ms
-        rows = db.rows(
-            "extend",
-            {"ids": [message.id], "tokens": [str(message.lease_token)], "lease_ms": lease_ms},
-            using=self.using,
+        rows = statements.extend(
+            ids=[message.id], tokens=[str(message.lease_token)], lease_ms=lease_ms, on=self.using
         )
         extended = {row[0] for row in rows}
         if any(row[1] for row in rows):
@@ -123,22 +119,18 @@ class Reaper:
         if now < self.next_at:
             return
         self.next_at = now + self.interval
-        reaped = self.connection.value(
-            "reap",
-            {
-                "limit": 500,
-                "dedup_window_ms": settings.ms("DEDUP_WINDOW"),
-                "tolerance_ms": settings.ms("WAKE_TOLERANCE"),
-            },
+        reaped = statements.reap(
+            limit=500,
+            dedup_window_ms=settings.ms("DEDUP_WINDOW"),
+            tolerance_ms=settings.ms("WAKE_TOLERANCE"),
+            on=self.connection,
         )
         if reaped:
             self.stats.reaped += int(reaped)
             logger.info("recovered %d message(s) whose lease expired", reaped)
         retention = settings.WORKFLOW_RETENTION
         if retention is not None:
-            pruned = self.connection.value(
-                "workflow_prune", {"older_than_ms": to_ms(retention), "limit": 100}
-            )
+            pruned = statements.workflow_prune(older_than_ms=to_ms(retention), limit=100, on=self.connection)
             if pruned:
                 logger.info("pruned %d finished workflow(s)", pruned)
 
@@ -186,7 +178,8 @@ class Pruner:
             return
         self.next_at = now + min(max(idle_ms / 10_000, 1.0), self.EVERY)
         rows = self.connection.quietly(
-            "prune idle channels", "prune_channels", {"idle_ms": idle_ms, "limit": self.BATCH}
+            "prune idle channels",
+            lambda: statements.prune_channels(idle_ms=idle_ms, limit=self.BATCH, on=self.connection),
         )
         pruned = int(rows[0][0] or 0) if rows else 0
         if pruned:
@@ -230,9 +223,9 @@ class Vacuum:
     BACKOFF = 2.0
     BACKOFF_MAX = 8.0
     STATEMENTS = {
-        "lonnymq_channel": "vacuum_channel",
-        "lonnymq_wake": "vacuum_wake",
-        "lonnymq_message": "vacuum_message",
+        "lonnymq_channel": statements.vacuum_channel,
+        "lonnymq_wake": statements.vacuum_wake,
+        "lonnymq_message": statements.vacuum_message,
     }
 
     def __init__(self, connection: ControlConnection):
@@ -249,7 +242,8 @@ class Vacuum:
 
     def _due(self, threshold: int) -> tuple[list[str], str | None]:
         rows = self.connection.quietly(
-            "read the tables' dead row versions", "vacuum_due", {"threshold": threshold}
+            "read the tables' dead row versions",
+            lambda: statements.vacuum_due(threshold=threshold, on=self.connection),
         )
         return [table for table, due, _ in rows if due], (rows[0][2] if rows else None)
 
@@ -280,7 +274,7 @@ class Vacuum:
         for table in due:
             started = time.monotonic()
             try:
-                self.connection.run(self.STATEMENTS[table], prepare=False)
+                self.STATEMENTS[table](on=self.connection)
             except Exception as exc:
                 if self.connection.is_lost(exc):
                     raise
@@ -350,19 +344,19 @@ class Presence:
         self.next_beat = now + settings.ms("WORKER_HEARTBEAT") / 1000
         rows = self.connection.quietly(
             "write its heartbeat row",
-            "worker_beat",
-            {
-                "name": self.name,
-                "instance": str(self.instance),
-                "host": self.host,
-                "pid": self.pid,
-                "queues": self.queues,
-                "concurrency": self.concurrency,
-                "started_at": self.started_at,
-                "lost_after_ms": settings.ms("WORKER_LOST_AFTER"),
-                "prune_after_ms": settings.ms("WORKER_PRUNE_AFTER"),
+            lambda: statements.worker_beat(
+                name=self.name,
+                instance=str(self.instance),
+                host=self.host,
+                pid=self.pid,
+                queues=self.queues,
+                concurrency=self.concurrency,
+                started_at=self.started_at,
+                lost_after_ms=settings.ms("WORKER_LOST_AFTER"),
+                prune_after_ms=settings.ms("WORKER_PRUNE_AFTER"),
                 **self._figures(),
-            },
+                on=self.connection,
+            ),
         )
         if not rows:
             return
@@ -378,8 +372,8 @@ class Presence:
         if not self.beats:
             return
         try:
-            self.connection.run(
-                "worker_stop", {"name": self.name, "instance": str(self.instance), **self._figures()}
+            statements.worker_stop(
+                name=self.name, instance=str(self.instance), **self._figures(), on=self.connection
             )
         except Exception as exc:
             logger.warning("worker %s could not mark its row stopped: %s", self.name, exc)
@@ -405,8 +399,9 @@ class Samples(Observer):
         self.next_try = now + every / 4000
         rows = self.connection.quietly(
             "record the dashboard's samples",
-            "record_samples_due",
-            {"interval_ms": every, "keep_ms": keep_ms(), "cap": count_cap()},
+            lambda: statements.record_samples_due(
+                interval_ms=every, keep_ms=keep_ms(), cap=count_cap(), on=self.connection
+            ),
         )
         if rows:
             self.recorded += int(rows[0][0] or 0)

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import psycopg
 
-from .. import db, jsontext
+from .. import db, jsontext, statements
 from ..conf import settings
 from ..durable import Durable
 from ..exceptions import InvalidArgument, LeaseLost, MessageNotFound
@@ -89,15 +89,16 @@ def lease(
     """Lease up to ``want`` due messages of ``queue``: the messages, each with its durable
     steps' context (on Django's connection ``using``) and, for a workflow's step, its
     workflow, name and parents' outputs (the dequeue returns them with it)."""
-    params = {
-        "queue": queue,
-        "batch_size": want,
-        "lease_ms": lease_ms,
-        "worker": worker,
-        "tolerance_ms": settings.ms("WAKE_TOLERANCE"),
-    }
+    leased = statements.dequeue(
+        queue=queue,
+        batch_size=want,
+        lease_ms=lease_ms,
+        worker=worker,
+        tolerance_ms=settings.ms("WAKE_TOLERANCE"),
+        on=executor,
+    )
     messages = []
-    for row in executor.run("dequeue", params):
+    for row in leased:
         message = message_from_row(queue, row, extend)
         if executor.json_as_text:
             message.payload = jsontext.decode(message.payload)
@@ -174,12 +175,10 @@ class Recorder:
     def ack(self, acks: list[Outcome]) -> list[Outcome]:
         """Ack plain messages in one call. Returns the outcomes whose lease was gone."""
         acked = set(
-            self.executor.value(
-                "ack",
-                {
-                    "ids": array_literal(o.message.id for o in acks),
-                    "tokens": array_literal(o.message.lease_token for o in acks),
-                },
+            statements.ack(
+                ids=array_literal(o.message.id for o in acks),
+                tokens=array_literal(o.message.lease_token for o in acks),
+                on=self.executor,
             )
             or []
         )
@@ -189,14 +188,12 @@ class Recorder:
         """Ack workflow steps with their outputs; the same call releases their ready
         children. Returns the outcomes whose lease was gone."""
         acked = set(
-            self.executor.value(
-                "workflow_ack",
-                {
-                    "ids": array_literal(o.message.id for o in acks),
-                    "tokens": array_literal(o.message.lease_token for o in acks),
-                    "outputs": text_array_literal(o.output for o in acks),
-                    "tolerance_ms": settings.ms("WAKE_TOLERANCE"),
-                },
+            statements.workflow_ack(
+                ids=array_literal(o.message.id for o in acks),
+                tokens=array_literal(o.message.lease_token for o in acks),
+                outputs=text_array_literal(o.output for o in acks),
+                tolerance_ms=settings.ms("WAKE_TOLERANCE"),
+                on=self.executor,
             )
             or []
         )
@@ -224,7 +221,7 @@ class Recorder:
         """Of ``ids``, those no longer in the message table."""
         if not ids:
             return set()
-        found = self.executor.run("messages_present", {"ids": ids})
+        found = statements.messages_present(ids=ids, on=self.executor)
         return set(ids) - {row[0] for row in found}
 
     def fail(self, outcome: Outcome) -> str | None:
@@ -237,7 +234,9 @@ class Recorder:
         tolerance_ms = settings.ms("WAKE_TOLERANCE")
         try:
             if outcome.action == "suspend":
-                result = self.executor.value("suspend", suspend_params(outcome, tolerance_ms=tolerance_ms))
+                result = statements.suspend(
+                    **suspend_params(outcome, tolerance_ms=tolerance_ms), on=self.executor
+                )
                 if result == "suspended":
                     self.observers.suspended(message)
                     return str(result)
@@ -253,7 +252,7 @@ class Recorder:
                     tolerance_ms=tolerance_ms,
                     at_once=self.at_once,
                 )
-                result = self.executor.value("snooze", params)
+                result = statements.snooze(**params, on=self.executor)
                 if result == "snoozed":
                     self.observers.snoozed(message)
                     return str(result)
@@ -267,7 +266,7 @@ class Recorder:
                     tolerance_ms=tolerance_ms,
                     at_once=self.at_once,
                 )
-                result = self.executor.value("fail", params)
+                result = statements.fail(**params, on=self.executor)
         except (LeaseLost, MessageNotFound):
             if outcome.resent:  # recorded by the call in flight when the connection dropped
                 logger.info("failure of message %s was recorded before the connection dropped", message.id)

@@ -143,14 +143,25 @@ FLOORS: list[tuple[str, set[str]]] = [
     ("lifecycle", {"eager", "worker", "tracing", "durable"}),
     ("read side", {"alarms", "figures"}),
     ("tables and routing", {"models", "workers", "registry", "routing"}),
-    ("the seam", {"db", "sql", "spark"}),
+    ("the seam", {"db", "sql", "spark", "statements"}),
     (
         "foundation",
         {"bounds", "durations", "exceptions", "jsontext", "rates", "arguments", "message", "conf"}
         | {"signals", "installed", "urlparams", "logs", "sampling"},
     ),
 ]
-SUBPACKAGES = {"admin", "management", "models", "worker", "prometheus", "tracing", "spark", "sql", "tasks"}
+SUBPACKAGES = {
+    "admin",
+    "management",
+    "models",
+    "worker",
+    "prometheus",
+    "tracing",
+    "spark",
+    "sql",
+    "tasks",
+    "statements",
+}
 
 
 def room_of(module: str) -> str:
@@ -278,11 +289,6 @@ def test_no_module_over_700_lines():
 # helpers that drive it: producers call its hooks (after_enqueue, made_due, after_workflow),
 # which do nothing with a worker.
 MAY_ASK_IF_EAGER = {f"{PACKAGE}.eager", f"{PACKAGE}.testing"}
-# The statements that record a handler's outcome are named in one place: the lifecycle both
-# executors run (the worker's connection, eager mode's Django connection).
-OUTCOME_STATEMENTS = ("ack", "workflow_ack", "fail", "snooze", "suspend", "dequeue")
-
-
 STATEMENT_CALLS = {"run", "value", "rows", "run_value", "models", "quietly"}
 
 
@@ -316,12 +322,48 @@ def test_only_eager_mode_asks_whether_it_is_on():
     assert asking == set(), "producers call eager's hooks, which check the switch themselves"
 
 
-def test_the_lifecycle_statements_are_named_in_one_module():
+def _statement_names() -> set[str]:
+    names = set()
+    for path in (ROOT / "sql").glob("*.sql"):
+        names |= set(re.findall(r"^-- name: (\w+)$", path.read_text(), flags=re.M))
+    return names
+
+
+def test_every_named_statement_has_exactly_one_function():
+    """The statement layer (statements/): one function per named statement, registered under
+    its name, each defined once."""
+    from django_lonnymq import statements
+
+    defined = {}
+    for path in sorted((ROOT / "statements").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef):
+                for decorator in node.decorator_list:
+                    if isinstance(decorator, ast.Call) and getattr(decorator.func, "id", None) == "statement":
+                        name = decorator.args[0].value
+                        assert name not in defined, f"{name} has two functions: {defined[name]}, {path.name}"
+                        defined[name] = f"{path.name}:{node.name}"
+    assert sorted(defined) == sorted(_statement_names())
+    assert sorted(statements.FUNCTIONS) == sorted(defined)
+
+
+# The Spark writer runs on executors without Django: it names its one statement itself.
+NAMES_STATEMENTS = {f"{PACKAGE}.db", f"{PACKAGE}.spark.writer"}
+
+
+def test_nothing_outside_the_statement_layer_names_a_statement():
+    statement_names = _statement_names()
     naming = {
         f"{name}:{line}": value
         for name, path in sources().items()
-        if name != f"{PACKAGE}.worker.lifecycle"
+        if room_of(name) not in {"statements", "sql"} and name not in NAMES_STATEMENTS
         for line, value in _statements_named(ast.parse(path.read_text()))
-        if value in OUTCOME_STATEMENTS
+        if value in statement_names
     }
-    assert naming == {}, "lease and record outcomes through worker/lifecycle.py"
+    assert naming == {}, "call statements.<name>(...) instead (django_lonnymq/statements/)"
+
+
+def test_the_naming_check_sees_a_statement_passed_by_name():
+    # The control.
+    tree = ast.parse('db.value("ack", {"ids": "{1}"}, using=None)')
+    assert _statements_named(tree) == [(1, "ack")]

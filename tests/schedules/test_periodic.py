@@ -449,9 +449,9 @@ def test_a_cron_walk_that_does_not_end_fails_its_schedule_alone(conn, connect, a
     healthy = Schedule.objects.create(
         name="healthy", queue=QUEUE, channel="fine", every_ms=10_000, next_tick_at=now - now % 10_000
     )
-    started = time.monotonic()
+    # The walk is bounded by its steps, not by the clock (a wall-clock bound failed on a loaded
+    # machine): the parked schedule's error names the step bound it hit.
     assert _tick_or_fail(conn, connect, now) == 2
-    assert time.monotonic() - started < 10
 
     stuck.refresh_from_db()
     healthy.refresh_from_db()

@@ -195,10 +195,14 @@ class Seen(Observer):
 
 
 class Direct:
-    """The worker connection's ``quietly``, on the test's own connection (its transaction)."""
+    """The worker connection's ``quietly`` and ``run``, on the test's own connection (its
+    transaction)."""
 
-    def quietly(self, what: str, name: str, params: Any = None) -> list[Any]:
-        return [(helpers.named(name, **params),)]
+    def quietly(self, what: str, call: Any) -> list[Any]:
+        return call()
+
+    def run(self, name: str, params: Any = None) -> list[Any]:
+        return [(helpers.named(name, **(params or {})),)]
 
 
 @pytest.mark.parametrize(

@@ -39,7 +39,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, transaction
 
-from django_lonnymq import alarms, api, db
+from django_lonnymq import alarms, api, statements
 from django_lonnymq.bounds import MAX_INTERVAL
 from django_lonnymq.exceptions import LonnyMQError
 from django_lonnymq.management.options import check_database
@@ -155,7 +155,7 @@ class Command(BaseCommand):
 
         tables = {
             name: {"live": live, "dead": dead, "vacuumed_ago_s": None if ago is None else round(ago, 1)}
-            for name, live, dead, ago in db.rows("table_health", {"tables": list(TABLES)}, using=alias)
+            for name, live, dead, ago in statements.table_health(tables=list(TABLES), on=alias)
         }
         report["tables"] = tables
         for name, stats in tables.items():
@@ -183,7 +183,7 @@ class Command(BaseCommand):
         problems.extend(alarm.text for alarm in held)
 
         grace_ms = int(options["lease_grace"] * 1000)
-        stale, expired, worst_ms = db.rows("expired_leases", {"grace_ms": grace_ms}, using=alias)[0]
+        stale, expired, worst_ms = statements.expired_leases(grace_ms=grace_ms, on=alias)[0]
         report["expired_leases"] = {
             "older_than_grace": stale,
             "all": expired,
@@ -243,7 +243,7 @@ class Command(BaseCommand):
         The probe leases at most one message and rolls back at once: nothing stays leased,
         and no worker loses anything (it skips what the probe holds for that instant).
         """
-        queues = [row[0] for row in db.rows("queues_with_ready_work", using=alias)]
+        queues = [row[0] for row in statements.queues_with_ready_work(on=alias)]
         results: dict[str, str | None] = {}
         for queue in queues:
             try:

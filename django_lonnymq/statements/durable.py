@@ -1,0 +1,62 @@
+"""Durable handlers: checkpoints, pauses, events, resumes.
+
+One function per named statement (``statements/__init__.py`` says how they run)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .running import On, Row, rows, statement, value
+
+__all__ = [
+    "step_get",
+    "step_save",
+    "durable_pause",
+    "emit_event",
+    "resume",
+    "forget_steps",
+    "message_steps",
+    "suspended_counts",
+]
+
+
+@statement("step_get")
+def step_get(*, id: Any, name: Any, on: On = None) -> list[Row]:
+    return rows("step_get", {"id": id, "name": name}, on)
+
+
+@statement("step_save")
+def step_save(*, id: Any, name: Any, result: Any, token: Any, on: On = None) -> Any:
+    return value("step_save", {"id": id, "name": name, "result": result, "token": token}, on)
+
+
+@statement("durable_pause")
+def durable_pause(*, delay_ms: Any, id: Any, key: Any, name: Any, token: Any, on: On = None) -> list[Row]:
+    return rows(
+        "durable_pause", {"delay_ms": delay_ms, "id": id, "key": key, "name": name, "token": token}, on
+    )
+
+
+@statement("emit_event")
+def emit_event(*, key: Any, payload: Any, tolerance_ms: Any, on: On = None) -> Any:
+    return value("emit_event", {"key": key, "payload": payload, "tolerance_ms": tolerance_ms}, on)
+
+
+@statement("resume")
+def resume(*, ids: Any, tolerance_ms: Any, on: On = None) -> Any:
+    return value("resume", {"ids": ids, "tolerance_ms": tolerance_ms}, on)
+
+
+@statement("forget_steps")
+def forget_steps(*, id: Any, name: Any, on: On = None) -> Any:
+    return value("forget_steps", {"id": id, "name": name}, on)
+
+
+@statement("message_steps")
+def message_steps(*, chars: Any, id: Any, on: On = None) -> list[Row]:
+    return rows("message_steps", {"chars": chars, "id": id}, on)
+
+
+@statement("suspended_counts")
+def suspended_counts(*, on: On = None) -> list[Row]:
+    return rows("suspended_counts", None, on)

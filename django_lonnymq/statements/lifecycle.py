@@ -1,0 +1,156 @@
+"""The lifecycle's statements: leasing, outcomes, leases, and what the worker's connection listens to.
+
+One function per named statement (``statements/__init__.py`` says how they run)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .running import On, Row, rows, statement, value
+
+__all__ = [
+    "dequeue",
+    "next_due",
+    "pending",
+    "ack",
+    "fail",
+    "snooze",
+    "extend",
+    "release",
+    "suspend",
+    "workflow_ack",
+    "messages_present",
+    "listen",
+    "listen_cancels",
+    "now_ms",
+]
+
+
+@statement("dequeue")
+def dequeue(
+    *, batch_size: Any, lease_ms: Any, queue: Any, tolerance_ms: Any, worker: Any, on: On = None
+) -> list[Row]:
+    return rows(
+        "dequeue",
+        {
+            "batch_size": batch_size,
+            "lease_ms": lease_ms,
+            "queue": queue,
+            "tolerance_ms": tolerance_ms,
+            "worker": worker,
+        },
+        on,
+    )
+
+
+@statement("next_due")
+def next_due(*, queues: Any, on: On = None) -> Any:
+    return value("next_due", {"queues": queues}, on)
+
+
+@statement("pending")
+def pending(*, queues: Any, on: On = None) -> Any:
+    return value("pending", {"queues": queues}, on)
+
+
+@statement("ack")
+def ack(*, ids: Any, tokens: Any, on: On = None) -> Any:
+    return value("ack", {"ids": ids, "tokens": tokens}, on)
+
+
+@statement("fail")
+def fail(
+    *,
+    backoff_base_ms: Any,
+    backoff_max_ms: Any,
+    error: Any,
+    id: Any,
+    reason: Any,
+    retry_delay_ms: Any,
+    token: Any,
+    tolerance_ms: Any,
+    on: On = None,
+) -> Any:
+    return value(
+        "fail",
+        {
+            "backoff_base_ms": backoff_base_ms,
+            "backoff_max_ms": backoff_max_ms,
+            "error": error,
+            "id": id,
+            "reason": reason,
+            "retry_delay_ms": retry_delay_ms,
+            "token": token,
+            "tolerance_ms": tolerance_ms,
+        },
+        on,
+    )
+
+
+@statement("snooze")
+def snooze(
+    *,
+    backoff_base_ms: Any,
+    backoff_max_ms: Any,
+    delay_ms: Any,
+    id: Any,
+    max_snoozes: Any,
+    token: Any,
+    tolerance_ms: Any,
+    on: On = None,
+) -> Any:
+    return value(
+        "snooze",
+        {
+            "backoff_base_ms": backoff_base_ms,
+            "backoff_max_ms": backoff_max_ms,
+            "delay_ms": delay_ms,
+            "id": id,
+            "max_snoozes": max_snoozes,
+            "token": token,
+            "tolerance_ms": tolerance_ms,
+        },
+        on,
+    )
+
+
+@statement("extend")
+def extend(*, ids: Any, lease_ms: Any, tokens: Any, on: On = None) -> list[Row]:
+    return rows("extend", {"ids": ids, "lease_ms": lease_ms, "tokens": tokens}, on)
+
+
+@statement("release")
+def release(*, ids: Any, tokens: Any, tolerance_ms: Any, on: On = None) -> Any:
+    return value("release", {"ids": ids, "tokens": tokens, "tolerance_ms": tolerance_ms}, on)
+
+
+@statement("suspend")
+def suspend(*, id: Any, name: Any, token: Any, tolerance_ms: Any, on: On = None) -> Any:
+    return value("suspend", {"id": id, "name": name, "token": token, "tolerance_ms": tolerance_ms}, on)
+
+
+@statement("workflow_ack")
+def workflow_ack(*, ids: Any, outputs: Any, tokens: Any, tolerance_ms: Any, on: On = None) -> Any:
+    return value(
+        "workflow_ack", {"ids": ids, "outputs": outputs, "tokens": tokens, "tolerance_ms": tolerance_ms}, on
+    )
+
+
+@statement("messages_present")
+def messages_present(*, ids: Any, on: On = None) -> list[Row]:
+    return rows("messages_present", {"ids": ids}, on)
+
+
+@statement("listen")
+def listen(*, on: On = None) -> list[Row]:
+    return rows("listen", None, on, prepare=False)
+
+
+@statement("listen_cancels")
+def listen_cancels(*, on: On = None) -> list[Row]:
+    return rows("listen_cancels", None, on, prepare=False)
+
+
+@statement("now_ms")
+def now_ms(*, on: On = None) -> Any:
+    return value("now_ms", None, on)
