@@ -431,7 +431,7 @@ def cancel_rows(
 ) -> list[tuple[int, bool]]:
     """:func:`cancel`, with whether each message was running: ``[(id, running), ...]``."""
     params = {"ids": arguments.message_ids(ids), "missing_ok": bool(missing_ok)}
-    return [(int(row[0]), bool(row[1])) for row in statements.cancel(**params, on=using)]
+    return [(int(row.id), bool(row.running)) for row in statements.cancel(**params, on=using)]
 
 
 def run_now(ids: Iterable[int], *, using: str | None = None) -> list[int]:

@@ -128,7 +128,7 @@ class Durable:
         with transaction.atomic(using=self.using):
             [row] = statements.durable_pause(**params, on=self.using)
         self.on_checkpoint()
-        return row[0], row[1], row[2]
+        return row.state, row.result, row.until_ms
 
 
 @contextmanager

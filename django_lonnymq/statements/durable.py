@@ -4,11 +4,22 @@ One function per named statement (``statements/__init__.py`` says how they run).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
-from .running import On, Row, rows, statement, value
+from .running import On, Row, rows, statement, typed, value
+
+
+class Paused(NamedTuple):
+    """What a durable sleep or wait found: its state ("suspend", "event", "done" ...), the
+    event's payload (JSON text) and the time it waits until."""
+
+    state: str
+    result: str | None
+    until_ms: int | None
+
 
 __all__ = [
+    "Paused",
     "step_get",
     "step_save",
     "durable_pause",
@@ -31,9 +42,12 @@ def step_save(*, id: Any, name: Any, result: Any, token: Any, on: On = None) -> 
 
 
 @statement("durable_pause")
-def durable_pause(*, delay_ms: Any, id: Any, key: Any, name: Any, token: Any, on: On = None) -> list[Row]:
-    return rows(
-        "durable_pause", {"delay_ms": delay_ms, "id": id, "key": key, "name": name, "token": token}, on
+def durable_pause(*, delay_ms: Any, id: Any, key: Any, name: Any, token: Any, on: On = None) -> list[Paused]:
+    return typed(
+        Paused,
+        "durable_pause",
+        {"delay_ms": delay_ms, "id": id, "key": key, "name": name, "token": token},
+        on,
     )
 
 

@@ -4,11 +4,42 @@ One function per named statement (``statements/__init__.py`` says how they run).
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
+from typing import Any, NamedTuple
+from uuid import UUID
 
-from .running import On, Row, rows, statement, value
+from .running import On, Row, rows, statement, typed, value
+
+
+class Leased(NamedTuple):
+    """A message the dequeue leased; a workflow step's name, parents' outputs (NULL past
+    their bound) and their size come with it (NULL for other messages)."""
+
+    id: int
+    channel: str
+    payload: Any
+    attempts: int
+    max_attempts: int
+    priority: int
+    dedup_key: str | None
+    enqueued_at: datetime
+    lease_token: UUID
+    lease_until: int
+    step_name: str | None
+    outputs: Any
+    inputs_bytes: int | None
+
+
+class Extended(NamedTuple):
+    """A lease extended, and whether its message was asked to cancel meanwhile."""
+
+    id: int
+    cancel_requested: bool
+
 
 __all__ = [
+    "Leased",
+    "Extended",
     "dequeue",
     "next_due",
     "pending",
@@ -29,8 +60,9 @@ __all__ = [
 @statement("dequeue")
 def dequeue(
     *, batch_size: Any, lease_ms: Any, queue: Any, tolerance_ms: Any, worker: Any, on: On = None
-) -> list[Row]:
-    return rows(
+) -> list[Leased]:
+    return typed(
+        Leased,
         "dequeue",
         {
             "batch_size": batch_size,
@@ -115,8 +147,8 @@ def snooze(
 
 
 @statement("extend")
-def extend(*, ids: Any, lease_ms: Any, tokens: Any, on: On = None) -> list[Row]:
-    return rows("extend", {"ids": ids, "lease_ms": lease_ms, "tokens": tokens}, on)
+def extend(*, ids: Any, lease_ms: Any, tokens: Any, on: On = None) -> list[Extended]:
+    return typed(Extended, "extend", {"ids": ids, "lease_ms": lease_ms, "tokens": tokens}, on)
 
 
 @statement("release")

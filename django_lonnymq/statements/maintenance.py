@@ -4,11 +4,22 @@ One function per named statement (``statements/__init__.py`` says how they run).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
-from .running import On, Row, rows, statement, value
+from .running import On, Row, rows, statement, typed, value
+
+
+class VacuumDue(NamedTuple):
+    """A table the workers vacuum: whether its dead row versions passed the threshold, and the
+    xmin horizon it would vacuum under."""
+
+    table: str
+    due: bool
+    horizon: str | None
+
 
 __all__ = [
+    "VacuumDue",
     "vacuum_due",
     "vacuum_channel",
     "vacuum_wake",
@@ -29,8 +40,8 @@ __all__ = [
 
 
 @statement("vacuum_due")
-def vacuum_due(*, threshold: Any, on: On = None) -> list[Row]:
-    return rows("vacuum_due", {"threshold": threshold}, on)
+def vacuum_due(*, threshold: Any, on: On = None) -> list[VacuumDue]:
+    return typed(VacuumDue, "vacuum_due", {"threshold": threshold}, on)
 
 
 @statement("vacuum_channel")

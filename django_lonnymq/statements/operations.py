@@ -4,11 +4,20 @@ One function per named statement (``statements/__init__.py`` says how they run).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
-from .running import On, Row, rows, statement, value
+from .running import On, Row, rows, statement, typed, value
+
+
+class Cancelled(NamedTuple):
+    """A message cancelled, and whether it was running (its handler is interrupted)."""
+
+    id: int
+    running: bool
+
 
 __all__ = [
+    "Cancelled",
     "requeue_dead",
     "cancel",
     "run_now",
@@ -35,8 +44,8 @@ def requeue_dead(*, ids: Any, reset_attempts: Any, tolerance_ms: Any, on: On = N
 
 
 @statement("cancel")
-def cancel(*, ids: Any, missing_ok: Any, on: On = None) -> list[Row]:
-    return rows("cancel", {"ids": ids, "missing_ok": missing_ok}, on)
+def cancel(*, ids: Any, missing_ok: Any, on: On = None) -> list[Cancelled]:
+    return typed(Cancelled, "cancel", {"ids": ids, "missing_ok": missing_ok}, on)
 
 
 @statement("run_now")

@@ -51,3 +51,8 @@ def value(name: str, params: db.Params, on: On, *, arrays: bool = False, prepare
     """The first column of the first row of statement ``name`` (None: no row)."""
     found = rows(name, params, on, arrays=arrays, prepare=prepare)
     return found[0][0] if found else None
+
+
+def typed(rowtype: Any, name: str, params: db.Params, on: On, **options: Any) -> list[Any]:
+    """:func:`rows` as ``rowtype`` (a NamedTuple: fields by name, still a tuple)."""
+    return [rowtype(*row) for row in rows(name, params, on, **options)]

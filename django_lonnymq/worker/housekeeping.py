@@ -82,8 +82,8 @@ class Leases:
             lease_ms=self.lease_ms,
             on=self.connection,
         )
-        extended = {row[0] for row in rows}
-        cancelled = {row[0] for row in rows if row[1]}
+        extended = {row.id for row in rows}
+        cancelled = {row.id for row in rows if row.cancel_requested}
         for message in held:
             if message.id not in extended:
                 logger.warning("lease on running message %s was lost; it may run twice", message.id)
@@ -96,8 +96,8 @@ class Leases:
         rows = statements.extend(
             ids=[message.id], tokens=[str(message.lease_token)], lease_ms=lease_ms, on=self.using
         )
-        extended = {row[0] for row in rows}
-        if any(row[1] for row in rows):
+        extended = {row.id for row in rows}
+        if any(row.cancel_requested for row in rows):
             message.cancel_requested = True  # the control thread interrupts it at its heartbeat
         if message.id not in extended:
             raise LeaseLost(
@@ -245,7 +245,7 @@ class Vacuum:
             "read the tables' dead row versions",
             lambda: statements.vacuum_due(threshold=threshold, on=self.connection),
         )
-        return [table for table, due, _ in rows if due], (rows[0][2] if rows else None)
+        return [row.table for row in rows if row.due], (rows[0].horizon if rows else None)
 
     def tick(self, now: float) -> None:
         threshold = settings.VACUUM_THRESHOLD

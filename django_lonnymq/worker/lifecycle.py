@@ -104,7 +104,7 @@ def lease(
             message.payload = jsontext.decode(message.payload)
         message._durable = Durable(using, eager=eager)
         if message.dedup_key is not None and message.dedup_key.startswith("lonnymq."):
-            workflow_inputs(message, row[10], row[11], row[12])
+            workflow_inputs(message, row.step_name, row.outputs, row.inputs_bytes)
         messages.append(message)
     return messages
 
