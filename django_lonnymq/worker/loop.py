@@ -202,10 +202,14 @@ class Worker(StopOnSignal):
         self._forced.set()
         self.stop()
 
+    # Log the start and the stop summary (run_queue_worker prints its own lines instead, so a
+    # console shows each once).
+    announces = True
+
     def run(self) -> Stats:
         """Serve until stopped; returns the counters."""
         self.runners.start()
-        logger.info(
+        (logger.info if self.announces else logger.debug)(
             "worker %s serving %s (concurrency=%d, batch=%d, lease=%.1fs)",
             self.name,
             ", ".join(self.queues),
@@ -217,7 +221,9 @@ class Worker(StopOnSignal):
             self._loop()
         finally:
             self._shutdown()
-        logger.info("worker %s stopped: %s", self.name, self.stats.summary())
+        (logger.info if self.announces else logger.debug)(
+            "worker %s stopped: %s", self.name, self.stats.summary()
+        )
         return self.stats
 
     def _loop(self) -> None:

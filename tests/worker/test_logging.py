@@ -39,6 +39,17 @@ def test_without_project_logging_the_worker_adds_its_console_handler(spawn, db):
     assert f"LQ|WARNING|django_lonnymq.worker|message {message_id} of t_discard/default dead-lettered" in (
         worker.output
     ), describe(worker)
-    assert any(line.startswith("LQ|INFO|django_lonnymq.worker|worker ") for line in worker.lines), describe(
-        worker
+    # INFO reaches the console too (the worker's own start and stop lines are the command's).
+    assert any(line.startswith("LQ|INFO|django_lonnymq.") for line in worker.lines), describe(worker)
+
+
+def test_the_start_and_the_stop_summary_are_printed_once(spawn, db):
+    """run_queue_worker prints its start line and stop summary itself; the worker's log (INFO,
+    on the console here) does not repeat them."""
+    enqueue("t_discard", {"n": 1})
+    worker = spawn("--queue", "t_discard", "--burst")
+    assert worker.wait(timeout=30) == 0, describe(worker)
+    assert len([line for line in worker.lines if " stopped: " in line]) == 1, describe(worker)
+    assert len([line for line in worker.lines if "queues=t_discard" in line or " serving " in line]) == 1, (
+        describe(worker)
     )

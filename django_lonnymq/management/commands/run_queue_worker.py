@@ -216,6 +216,7 @@ class Command(BaseCommand):
                 self.stderr.write(warning)
         metrics_url = self._serve_metrics(worker, options["metrics_port"], options["metrics_address"])
         worker.install_signal_handlers()
+        worker.announces = False  # these lines say it: the log does not repeat them
         self.stdout.write(
             f"lonnymq worker {worker.name}: queues={','.join(worker.queues)} "
             f"concurrency={worker.concurrency} batch={worker.batch_size} lease={worker.lease_ms / 1000:g}s"
