@@ -332,6 +332,16 @@ def test_e170_accepts_none_and_positive_durations(value):
         assert lonnymq_errors() == []
 
 
+@pytest.mark.parametrize("value", [0, -1, timedelta(days=400), "a week", float("nan")])
+def test_e002_covers_the_event_retention(value):
+    """LONNYMQ_EVENT_RETENTION (durable handlers' events): a positive duration of at most 366
+    days, named with the value it was given."""
+    with override_settings(LONNYMQ_EVENT_RETENTION=value):
+        errors = lonnymq_errors()
+    assert ids(errors) == ["lonnymq.E002"] and "LONNYMQ_EVENT_RETENTION" in errors[0].msg
+    assert repr(value) in errors[0].msg
+
+
 @pytest.mark.parametrize("name", ["INTERRUPT_GRACE", "CANCEL_GRACE"])
 def test_e002_covers_the_grace_periods(name):
     with override_settings(**{f"LONNYMQ_{name}": timedelta(days=2)}):
