@@ -141,6 +141,24 @@ def real_sleeps() -> Iterator[None]:
         _sleep_at_once.reset(token)
 
 
+# How much of a step's result the admin shows.
+RESULT_EXCERPT_CHARS = 200
+
+
+def checkpoints(message_id: int, *, using: str | None = None) -> list[statements.Checkpoint]:
+    """A message's checkpoints in the order they were written (the admin's steps table)."""
+    return statements.message_steps(id=message_id, chars=RESULT_EXCERPT_CHARS, on=using)
+
+
+def suspended_on(found: list[statements.Checkpoint], now_ms: int) -> statements.Checkpoint | None:
+    """The pending sleep or wait among a message's checkpoints, if it is suspended on one (a
+    resumed one is due: its time is up, and its next run ends it)."""
+    return next(
+        (c for c in found if c.kind != "step" and not c.done and (c.until_ms is None or c.until_ms > now_ms)),
+        None,
+    )
+
+
 def suspended_counts(*, using: str | None = None) -> dict[str, int]:
     """Suspended messages (a pending sleep or wait, not running) per queue, on one database."""
     return {str(queue): int(n) for queue, n in statements.suspended_counts(on=using)}

@@ -1,5 +1,6 @@
 """The message pages (read only): the list with its queue, channel and state filters, the
-detail page, and the run-now and cancel actions (each through :mod:`django_lonnymq.api`).
+detail page with a durable handler's checkpoints, and the run-now and cancel actions, "resume
+now" and "run again from step X" (each through :mod:`django_lonnymq.api`).
 
 Counts never scan a large table (:class:`.common.EstimatedCountPaginator`).
 """
@@ -8,12 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.urls import path
 
-from .. import api
+from .. import api, durable
+from ..exceptions import LonnyMQError
 from ..models import Channel, Message
 from ..urlparams import an_id, storable
 from .common import (
@@ -163,3 +168,91 @@ class MessageAdmin(ReadOnlyQueueAdmin):
             f"{len(rows) - running:,} waiting messages cancelled; {running:,} running ones will be stopped "
             "by their worker at its next heartbeat and moved to the dead letters (reason: cancelled).",
         )
+
+    # -- a durable handler's checkpoints, and its two buttons (POST, change permission) -----
+
+    def get_urls(self) -> list[Any]:
+        prefix = f"{self.opts.app_label}_{self.opts.model_name}"
+        return [
+            path(
+                "<path:object_id>/resume/",
+                self.admin_site.admin_view(self.resume_view),
+                name=f"{prefix}_lq_resume",
+            ),
+            path(
+                "<path:object_id>/run-again/",
+                self.admin_site.admin_view(self.run_again_view),
+                name=f"{prefix}_lq_run_again",
+            ),
+            *super().get_urls(),
+        ]
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        message_id = an_id(unquote(object_id))
+        found = (
+            []
+            if message_id is None
+            else durable.checkpoints(message_id, using=write_database(request, Message))
+        )
+        shown = [{**c._asdict(), "created": when(c.created_at), "until": when(c.until_ms)} for c in found]
+        pending = durable.suspended_on(found, api.now_ms())
+        context = {
+            **(extra_context or {}),
+            "lq_can_act": self.has_change_permission(request),
+            "lq_checkpoints": shown,
+            "lq_suspended_on": next((c for c in shown if pending and c["name"] == pending.name), None),
+            "lq_query": request.GET.urlencode(),
+        }
+        return super().change_view(request, object_id, form_url, context)
+
+    def _acted_on(self, request: HttpRequest, object_id: str) -> int | HttpResponse:
+        """The message a button posts to, once the method and the permission are right."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        message_id = an_id(unquote(object_id))
+        if message_id is None:
+            raise Http404(f"{object_id!r} is not a message id")
+        return message_id
+
+    def _back(self, request: HttpRequest, message_id: int) -> HttpResponseRedirect:
+        query = request.GET.urlencode()
+        return HttpResponseRedirect(f"../../{message_id}/change/" + (f"?{query}" if query else ""))
+
+    def resume_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        message_id = self._acted_on(request, object_id)
+        if isinstance(message_id, HttpResponse):
+            return message_id
+        moved = api.resume([message_id], using=write_database(request, Message))
+        if moved:
+            self.message_user(request, f"Message {message_id} resumed: it runs again now.", messages.SUCCESS)
+        else:
+            self.message_user(
+                request, f"Message {message_id} is not suspended: nothing to resume.", messages.WARNING
+            )
+        return self._back(request, message_id)
+
+    def run_again_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        message_id = self._acted_on(request, object_id)
+        if isinstance(message_id, HttpResponse):
+            return message_id
+        step = request.POST.get("step", "")
+        try:
+            forgotten = api.forget_steps(message_id, step, using=write_database(request, Message))
+        except LonnyMQError as exc:
+            self.message_user(request, f"Not changed: {exc}", messages.ERROR)
+            return self._back(request, message_id)
+        self.message_user(
+            request,
+            f"Message {message_id} runs again from step {step!r} at its next run: "
+            f"{len(forgotten):,} checkpoint(s) forgotten ({', '.join(forgotten)}).",
+            messages.SUCCESS,
+        )
+        return self._back(request, message_id)

@@ -19,6 +19,7 @@ class Paused(NamedTuple):
 
 
 __all__ = [
+    "Checkpoint",
     "Paused",
     "step_get",
     "step_save",
@@ -66,9 +67,23 @@ def forget_steps(*, id: Any, name: Any, on: On = None) -> Any:
     return value("forget_steps", {"id": id, "name": name}, on)
 
 
+class Checkpoint(NamedTuple):
+    """One checkpoint of a message, as the admin shows it: a step's result (its first
+    ``chars`` characters, and its full size), or a sleep's or wait's state."""
+
+    name: str
+    kind: str  # step, sleep or wait
+    created_at: Any
+    result_excerpt: str | None
+    result_bytes: int | None
+    event_key: str | None
+    until_ms: int | None
+    done: bool
+
+
 @statement("message_steps")
-def message_steps(*, chars: Any, id: Any, on: On = None) -> list[Row]:
-    return rows("message_steps", {"chars": chars, "id": id}, on)
+def message_steps(*, chars: Any, id: Any, on: On = None) -> list[Checkpoint]:
+    return typed(Checkpoint, "message_steps", {"chars": chars, "id": id}, on)
 
 
 @statement("suspended_counts")

@@ -69,7 +69,13 @@ def workers_seen() -> None:
             )  # fmt: skip
         cursor.execute(
             sql.query("worker_stop"),
-            {"name": "encoder-3", "instance": instances["encoder-3"], "in_flight": 0, "processed": 12, "failed": 1},
+            {
+                "name": "encoder-3",
+                "instance": instances["encoder-3"],
+                "in_flight": 0,
+                "processed": 12,
+                "failed": 1,
+            },
         )
         cursor.execute(
             "UPDATE lonnymq_worker SET heartbeat_at = heartbeat_at - interval '1 minute' WHERE name = 'encoder-2'"

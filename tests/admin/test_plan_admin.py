@@ -83,7 +83,9 @@ def test_the_channel_page_shows_the_source_of_each_limit_and_sets_the_plan(admin
                        "rate": "plan premium"}  # fmt: skip
     assert page.count("plan premium") >= 3 and "<td>250 ms</td>" in page
     # Following the plan again for the interval.
-    response = admin_client.post(url, {**post, "weight": "3", "max_concurrency": "20", "inherit": ["release_interval"]})
+    response = admin_client.post(
+        url, {**post, "weight": "3", "max_concurrency": "20", "inherit": ["release_interval"]}
+    )
     assert response.status_code == 302, response.content.decode()[:3000]
     ch.refresh_from_db()
     assert (ch.release_interval_ms, ch.own_release_interval) == (0, False)

@@ -51,7 +51,9 @@ def test_an_operator_sees_a_workflow_graph_and_requeues_and_cancels(  # type: ig
 
     flow = Workflow("import", channel="tenant-acme")
     fetch = flow.step("wb_fetch", {}, name="fetch")
-    parts = [flow.step("wb_parse", {"i": i}, name=f"parse {i}", after=[fetch], max_attempts=1) for i in range(3)]
+    parts = [
+        flow.step("wb_parse", {"i": i}, name=f"parse {i}", after=[fetch], max_attempts=1) for i in range(3)
+    ]
     chord(flow, parts, {"queue": "wb_merge", "payload": {}, "name": "merge"})
     failed_id = flow.start()
     run_step("wb_fetch", True)
@@ -159,9 +161,10 @@ def test_the_workflows_own_page_has_cancel_and_requeue_buttons(  # type: ignore[
 
     page.click("#lq-workflow-cancel")
     page.wait_for_selector("ul.messagelist li.success")
-    assert f"Cancelled workflow {workflow_id} (0 running steps told to stop)." in page.locator(
-        "ul.messagelist"
-    ).inner_text()
+    assert (
+        f"Cancelled workflow {workflow_id} (0 running steps told to stop)."
+        in page.locator("ul.messagelist").inner_text()
+    )
     assert api.workflow(workflow_id).state == "cancelled"
     assert page.locator("#lq-workflow-graph .lq-step-cancelled").count() == 2
     assert page.locator("#lq-workflow-cancel").count() == 0  # a cancelled workflow has nothing to cancel
@@ -174,7 +177,9 @@ def test_the_workflows_own_page_has_cancel_and_requeue_buttons(  # type: ignore[
     view = admin_page(browser, live_server.url, width=1366, height=900, user="viewer")
     view.goto(f"{live_server.url}/admin/django_lonnymq/workflowrecord/{other_id}/change/")
     assert view.locator("#lq-workflow-graph").is_visible()
-    assert view.locator("#lq-workflow-cancel").count() == 0 and view.locator("#lq-workflow-requeue").count() == 0
+    assert (
+        view.locator("#lq-workflow-cancel").count() == 0 and view.locator("#lq-workflow-requeue").count() == 0
+    )
     statuses = view.evaluate(
         """async (base) => {
             const token = document.cookie.split("; ").find((c) => c.startsWith("csrftoken=")).split("=")[1];
