@@ -22,7 +22,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import urlencode
 
-from .. import alarms, api, statements, workflows
+from .. import alarms, api, durable, statements, workflows
 from ..conf import settings
 from ..exceptions import InvalidArgument
 from ..figures import (
@@ -146,6 +146,7 @@ def dashboard_context(request: HttpRequest, *, using: str | None = None) -> dict
     rate = net_drain_per_minute(points, since=now - RATE_WINDOW)
     recent = throughput(points, since=now - RATE_WINDOW)
     in_window = throughput(points, since=now - timedelta(minutes=minutes))
+    suspended = durable.suspended_counts(using=alias)
     return {
         "title": (
             f"Queue dashboard: {selected}{' (paused)' if selected in paused else ''}"
@@ -159,6 +160,7 @@ def dashboard_context(request: HttpRequest, *, using: str | None = None) -> dict
                 "oldest": format_age(sample.oldest_ready_seconds),
                 "selected": sample.queue == selected,
                 "paused": sample.queue in paused,
+                "suspended": suspended.get(sample.queue, 0),
             }
             for sample in live
         ],

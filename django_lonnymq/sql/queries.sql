@@ -421,12 +421,15 @@ SELECT s.name, s.kind, s.created_at, pg_catalog.left(s.result::text, %(chars)s::
   FROM lonnymq_step s WHERE s.message_id = %(id)s::bigint ORDER BY s.created_at, s.name
 
 -- name: suspended_counts
--- Suspended messages per queue: waiting (not leased) with a pending sleep or wait.
+-- Suspended messages per queue: waiting (not leased) with a pending sleep or wait whose time
+-- is not up (a resumed one is due: its next run ends the wait).
 SELECT c.queue, pg_catalog.count(DISTINCT s.message_id)
   FROM lonnymq_step s
   JOIN lonnymq_message m ON m.id = s.message_id AND m.lease_until IS NULL
   JOIN lonnymq_channel c ON c.id = m.channel_id
  WHERE s.kind <> 'step' AND NOT s.done
+   AND (s.until_ms IS NULL
+        OR s.until_ms > (pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()) * 1000)::bigint)
  GROUP BY c.queue ORDER BY c.queue
 
 -- name: consume

@@ -117,3 +117,9 @@ def test_the_buttons_post_with_the_change_permission_only(order_handler) -> None
     response = client.post(f"{base}/run-again/", {"step": "nothing"}, follow=True)
     assert "names no checkpoint" in response.content.decode()
     assert len(checkpoints(message_id)) == 3
+    # The dashboard counts the queue's suspended message; resumed, it is due and counts no more.
+    dashboard = client.get(f"/admin/django_lonnymq/channel/dashboard/?queue={QUEUE}").content.decode()
+    assert '<td class="lq-num lq-suspended">1</td>' in dashboard
+    client.post(f"{base}/resume/")
+    dashboard = client.get(f"/admin/django_lonnymq/channel/dashboard/?queue={QUEUE}").content.decode()
+    assert '<td class="lq-num lq-suspended">0</td>' in dashboard
