@@ -143,3 +143,31 @@ def test_without_eager_mode_no_step_runs():
     workflow_id = diamond().start()
     assert RUNS == []
     assert api.workflow(workflow_id).step("a").state == "queued"
+
+
+@handler("eager_wf_durable")
+def approve_then_go(message: Message) -> dict[str, object]:
+    """A workflow step that is a durable handler: a checkpointed step, then a wait for the
+    approval event; its output goes to its children once it finishes."""
+    quote = message.step("quote", lambda: RUNS.append(("quote", None)) or {"price": 3})
+    approval = message.wait("approval", f"approve-{message.workflow_id}", timeout=3600)
+    RUNS.append(("approved", approval))
+    return {"price": quote["price"], "approved": approval}
+
+
+@pytest.mark.django_db
+def test_a_workflow_step_can_checkpoint_and_wait_for_an_event_before_its_children_run():
+    """The step suspends on its wait (its children wait too, holding nothing); the emit
+    resumes it: its checkpointed step does not run again, it acks, and its child runs with
+    its output."""
+    with eager():
+        flow = Workflow("durable-step", channel="tenant-1")
+        first = flow.step("eager_wf_durable", {}, name="approve")
+        flow.step("eager_wf", {}, name="ship", after=[first])
+        workflow_id = flow.start()
+        assert RUNS == [("quote", None)]  # suspended on its wait; "ship" waits for it
+        assert api.workflow(workflow_id).step("ship").state == "waiting"
+        assert api.emit_event(f"approve-{workflow_id}", {"by": "ops"}) is True
+    assert [name for name, _ in RUNS] == ["quote", "approved", "ship"]  # "quote" ran once
+    assert dict(RUNS)["ship"] == {"approve": {"price": 3, "approved": {"by": "ops"}}}
+    assert api.workflow(workflow_id).state == "succeeded"
