@@ -18,7 +18,10 @@
 7. The workflow step (example_project/workflows_demo.py): one workflow per tenant, fetch ->
    3 parse -> merge, each started in its own transaction; a burst worker runs them and the
    step checks every workflow succeeded, each step ran once, each merge saw all its parts.
-8. A verdict over all parts. Exits non-zero if anything is off.
+8. The durable step (example_project/durable_demo.py): one durable handler per tenant on a
+   single worker thread: a step, a one-second sleep and a wait for the tenant's approval event,
+   none holding the thread; the demo emits the approvals and checks each step ran once.
+9. A verdict over all parts. Exits non-zero if anything is off.
 
 "Done" counts come from ``tenants_jobrun``, which the handler writes after a job's work and
 before the worker acks it; at the end the demo also checks that no message is left in the
@@ -523,6 +526,13 @@ def workflow_step() -> list[str]:
     return run_workflow_step()
 
 
+def durable_step() -> list[str]:
+    """One durable handler per tenant: a step, a sleep, an event (example_project/durable_demo.py); one line."""
+    from example_project.durable_demo import run_durable_step
+
+    return run_durable_step()
+
+
 def spark_step(args: argparse.Namespace) -> list[str]:
     """Run example_project/spark_demo.py's step (unless --no-spark); returns its problems."""
     if not args.spark:
@@ -596,8 +606,10 @@ def tier_change_step() -> list[str]:
         c.name: (c.plan.name, c.weight, c.max_concurrency)
         for c in Channel.objects.filter(queue=TIERS).select_related("plan")
     }
-    print(f"new channels follow demo-free; customer-2 upgraded to demo-premium; repricing demo-free "
-          f"(cap 1 -> 2) rewrote {changed} channel(s) in one statement")
+    print(
+        f"new channels follow demo-free; customer-2 upgraded to demo-premium; repricing demo-free "
+        f"(cap 1 -> 2) rewrote {changed} channel(s) in one statement"
+    )
     for name, (plan, weight, cap) in sorted(rows.items()):
         print(f"  {name}: plan {plan}, weight {weight}, max_concurrency {cap}")
     expected = {
@@ -606,7 +618,9 @@ def tier_change_step() -> list[str]:
         "customer-3": ("demo-free", 1, 2),
     }
     problems = [] if rows == expected else [f"tier change: channels {rows}, expected {expected}"]
-    problems += [f"tier change: {p.problem} on {p.channel}: {p.detail}" for p in api.check() if p.queue == TIERS]
+    problems += [
+        f"tier change: {p.problem} on {p.channel}: {p.detail}" for p in api.check() if p.queue == TIERS
+    ]
     with transaction.atomic(), connection.cursor() as cursor:
         forget_queue(cursor, TIERS)
         api.configure_queue(TIERS, default_plan=None)
@@ -662,6 +676,7 @@ def main() -> int:
     problems += topic_step()
     problems += debounce_step()
     problems += workflow_step()
+    problems += durable_step()
     problems += weighted_share(tenants, table)
     problems += tier_change_step()
     problems += spark_step(args)
@@ -675,7 +690,7 @@ def main() -> int:
     print(
         "RESULT: OK (every job ran once, nothing left or dead, scheduler state consistent, "
         "the debounced document re-indexed once with its last revision, tier change applied, "
-        "every tenant's workflow succeeded"
+        "every tenant's workflow succeeded, every checkout charged and provisioned once"
         + (", Spark export exactly once)" if args.spark else ")")
     )
     return 0

@@ -50,7 +50,9 @@ def run_topic_step(events: int = 40, timeout: float = 120) -> list[str]:
     )
     problems = []
     if done.returncode != 0:
-        problems.append(f"topic worker exited with {done.returncode}: {done.stdout[-500:]}{done.stderr[-500:]}")
+        problems.append(
+            f"topic worker exited with {done.returncode}: {done.stdout[-500:]}{done.stderr[-500:]}"
+        )
     handled = Counter(JobRun.objects.filter(queue__in=GROUPS).values_list("queue", "message_id"))
     per_group = Counter(queue for queue, _ in handled)
     if any(len(row) != len(GROUPS) for row in ids):

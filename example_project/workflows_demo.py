@@ -55,7 +55,9 @@ def run_workflow_step(timeout: float = 120) -> list[str]:
     )
     problems = []
     if done.returncode != 0:
-        problems.append(f"workflow worker exited with {done.returncode}: {done.stdout[-500:]}{done.stderr[-500:]}")
+        problems.append(
+            f"workflow worker exited with {done.returncode}: {done.stdout[-500:]}{done.stderr[-500:]}"
+        )
     runs = Counter(JobRun.objects.filter(queue__in=QUEUES).values_list("message_id", flat=True))
     if any(n != 1 for n in runs.values()) or len(runs) != len(TENANTS) * (PARTS + 2):
         problems.append(f"workflow steps ran {sum(runs.values())} times for {len(runs)} steps, not once each")

@@ -163,3 +163,34 @@ def workflow_merge(message: Message) -> dict[str, int]:
     """The fan-in: runs once, after every part, and adds up their outputs."""
     _record(message)
     return {"rows": sum(output["rows"] for output in message.parent_outputs.values())}
+
+
+# -- the demo's durable step (example_project/durable_demo.py) -------------------------
+
+
+@handler("checkout")
+def checkout(message: Message) -> None:
+    """A durable handler: charge once (its row commits with the step's checkpoint), wait a
+    second without a thread (a durable sleep), wait for the tenant's approval event, then
+    provision once. A crash or a restart between them never charges twice."""
+    message.step("charge", _record_step, message, "charge")
+    message.sleep("cool-off", 1)
+    approval = message.wait("approval", f"demo-approval-{message.channel}", timeout=60)
+    if approval is None:
+        raise RuntimeError(f"{message.channel}'s approval did not come within 60 s")
+    message.step("provision", _record_step, message, "provision")
+
+
+def _record_step(message: Message, step: str) -> str:
+    now = timezone.now()
+    JobRun.objects.create(
+        queue=f"checkout:{step}",
+        message_id=message.id,
+        tenant=message.channel,
+        seconds=0.0,
+        attempt=message.attempt,
+        worker_pid=os.getpid(),
+        started_at=now,
+        finished_at=now,
+    )
+    return step
