@@ -115,3 +115,18 @@ def test_a_wait_resumes_on_a_committed_emit_only_before_or_after_and_times_out(s
     assert api.emit_event("acc-k1", {"by": "bob"}) is False  # first write wins
     assert worker.stop() == 0, describe(worker)
     assert db.messages("acc_durable_wait") == [] and db.dead("acc_durable_wait") == []
+
+
+def test_a_waiting_message_cancelled_in_a_real_worker_is_gone_and_an_emit_resumes_nothing(spawn, db):
+    waiting = enqueue("acc_durable_wait", {"key": "acc-cancelled"})
+    worker = spawn("--queue", "acc_durable_wait", settings=SETTINGS, label="worker")
+    wait_until(lambda: _wait_events(db, waiting) == ["run"], 20, "the wait", worker)
+    # Suspended: its pending wait checkpointed and its lease given back.
+    wait_until(lambda: api.suspended_counts() == {"acc_durable_wait": 1}, 5, "the suspension", worker)
+    assert api.cancel([waiting]) == [waiting]
+    assert db.messages("acc_durable_wait") == [] and db.dead("acc_durable_wait") == []
+    assert api.suspended_counts() == {}
+    assert api.emit_event("acc-cancelled", {"by": "late"}) is True  # kept, but no one waits
+    time.sleep(1.5)
+    assert _wait_events(db, waiting) == ["run"]  # the cancelled message did not run again
+    assert worker.stop() == 0, describe(worker)
