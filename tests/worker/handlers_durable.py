@@ -42,3 +42,18 @@ def waiter(message: Message) -> None:
     record(message, "run")
     got = message.wait("approval", message.payload["key"], timeout=message.payload.get("timeout"))
     record(message, "timeout" if got is None else f"event:{got['by']}")
+
+
+@handler("acc_durable_flow")
+def flow_nap(message: Message) -> dict[str, str]:
+    """A workflow step that is a durable handler: a checkpointed step, a durable sleep, then
+    its output (which its child receives)."""
+    quote = message.step("quote", lambda: record(message, "quote") or "q1")
+    message.sleep("nap", message.payload.get("sleep", 1))
+    record(message, "woke")
+    return {"quote": quote}
+
+
+@handler("acc_durable_flow_child")
+def flow_child(message: Message) -> None:
+    record(message, f"child:{message.parent_outputs['nap']['quote']}")

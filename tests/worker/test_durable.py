@@ -9,7 +9,7 @@ import time
 import pytest
 from django.db import transaction
 
-from django_lonnymq import api, enqueue
+from django_lonnymq import Workflow, api, enqueue
 
 from .conftest import describe, wait_until
 
@@ -130,3 +130,21 @@ def test_a_waiting_message_cancelled_in_a_real_worker_is_gone_and_an_emit_resume
     time.sleep(1.5)
     assert _wait_events(db, waiting) == ["run"]  # the cancelled message did not run again
     assert worker.stop() == 0, describe(worker)
+
+
+def test_a_workflow_step_sleeps_durably_in_a_real_worker_then_releases_its_child(spawn, db):
+    flow = Workflow("durable-flow", channel="t")
+    nap = flow.step("acc_durable_flow", {"sleep": 1}, name="nap")
+    flow.step("acc_durable_flow_child", {}, name="child", after=[nap])
+    workflow_id = flow.start()
+    worker = spawn(
+        "--queue", "acc_durable_flow", "--queue", "acc_durable_flow_child", settings=SETTINGS, label="worker"
+    )
+    wait_until(lambda: api.suspended_counts() == {"acc_durable_flow": 1}, 20, "the sleep", worker)
+    assert api.workflow(workflow_id).step("child").state == "waiting"
+    wait_until(lambda: api.workflow(workflow_id).state == "succeeded", 15, "the workflow", worker)
+    assert worker.stop() == 0, describe(worker)
+    events = [d["event"] for d in db.deliveries()]
+    assert events.count("quote") == 1 and events.count("woke") == 1, events  # the step ran once
+    assert events[-1] == "child:q1", events  # released after the step, with its output
+    assert db.messages("acc_durable_flow") == [] and db.dead("acc_durable_flow") == []
