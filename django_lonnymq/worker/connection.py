@@ -12,7 +12,7 @@ import logging
 import random
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from django.db import connections
@@ -24,6 +24,8 @@ from ..exceptions import LonnyMQError, SchemaMissing
 from .stats import Stats
 
 logger = logging.getLogger("django_lonnymq.worker")
+
+T = TypeVar("T")
 
 DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
 # Any error a statement can raise: a lost connection is told apart by the connection's state.
@@ -219,7 +221,7 @@ class ControlConnection:
         rows = self.run(name, params)
         return rows[0][0] if rows else None
 
-    def quietly(self, what: str, call: Callable[[], list[db.Row]]) -> list[db.Row]:
+    def quietly(self, what: str, call: Callable[[], list[T]]) -> list[T]:
         """A statement that must never stop the worker: a failure is logged (a lost
         connection is raised, for the worker to reconnect)."""
         try:

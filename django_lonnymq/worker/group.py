@@ -59,6 +59,16 @@ class WorkerGroup(StopOnSignal):
         self._stopping = threading.Event()
 
     @property
+    def announces(self) -> bool:
+        """Whether the parts log their start and stop lines (see ``Worker.announces``)."""
+        return all(worker.announces for worker in self.workers)
+
+    @announces.setter
+    def announces(self, value: bool) -> None:
+        for worker in self.workers:
+            worker.announces = value
+
+    @property
     def exit_code(self) -> int:
         return max(worker.exit_code for worker in self.workers)
 
@@ -88,7 +98,7 @@ class WorkerGroup(StopOnSignal):
         A part that stops because it cannot go on (exit status 1) stops the others, so the
         process exits for its supervisor to restart; a part that ends its burst does not.
         """
-        logger.info(
+        (logger.info if self.announces else logger.debug)(
             "worker %s serving %s",
             self.name,
             "; ".join(f"{alias}: {', '.join(queues)}" for alias, queues in self.databases.items()),
