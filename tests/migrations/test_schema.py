@@ -115,6 +115,8 @@ RELEASED = {
     "0045_durable_handlers.up.sql": "4023f03417a58d33a041d84a8cff2df6e9c71a81a08bbc73be75b858a088d8a6",
     "0046_consume.down.sql": "a230ddb412dde194f3f987f4228c281df0ffb1d0f1b540d4fb57a0c6f16ad0c3",
     "0046_consume.up.sql": "8ba51c1d814608ac21878286a7710c15c135fbde6d41d470df021ccb9457c683",
+    "0047_stats_walk_in_index_order.down.sql": "5918612025f33e33704ef240cd0c79e79534cb6f1250f929aa48106bddeef601",
+    "0047_stats_walk_in_index_order.up.sql": "4ceb5a4081ac51de467e6978639b3d651da138a06b46a9fed5da0abb917fb315",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
