@@ -53,11 +53,13 @@ def now_ms() -> int:
 
 def when(value: datetime | int | None) -> str:
     """A time as the admin shows one: in the user's time zone and date format (Django's
-    ``localtime`` and ``DATETIME_FORMAT``); a queue time in ms is read as one; "-" for none."""
+    ``localtime`` and ``DATE_FORMAT``) with the time to the second (a queue's times are seconds
+    apart, ``DATETIME_FORMAT`` stops at the minute); a queue time in ms is read as one; "-" for
+    none."""
     if value is None:
         return "-"
-    moment = ms_to_datetime(value) if isinstance(value, int) else value
-    return str(formats.localize(timezone.localtime(moment)))
+    moment = timezone.localtime(ms_to_datetime(value) if isinstance(value, int) else value)
+    return f"{formats.date_format(moment, 'DATE_FORMAT')}, {formats.time_format(moment, 'H:i:s')}"
 
 
 def count_text(n: int | None) -> str:

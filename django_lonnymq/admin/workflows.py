@@ -114,7 +114,7 @@ def graph_svg(steps: list[workflows.StepState]) -> SafeString:
 
 @admin.register(WorkflowRecord)
 class WorkflowAdmin(ReadOnlyQueueAdmin):
-    list_display = ("id", "name", "channel", "state", "progress", "created_at", "finished_at")
+    list_display = ("id", "name", "channel", "state", "progress", "created", "finished")
     list_filter = ("state", TenantFilter)
     sortable_by = ("id",)
     actions = ("cancel", "requeue_failed")
@@ -216,6 +216,14 @@ class WorkflowAdmin(ReadOnlyQueueAdmin):
         else:
             self.message_user(request, f"Workflow {obj.pk} has no failed step to requeue.", messages.WARNING)
         return self._back(obj)
+
+    @admin.display(description="created at", ordering="created_at")
+    def created(self, obj: WorkflowRecord) -> str:
+        return when(obj.created_at)
+
+    @admin.display(description="finished at", ordering="finished_at")
+    def finished(self, obj: WorkflowRecord) -> str:
+        return when(obj.finished_at)
 
     @admin.display(description="steps done")
     def progress(self, obj: WorkflowRecord) -> str:

@@ -42,7 +42,9 @@ def test_channel_times_are_local_and_dash_for_none(admin_client: Client) -> None
     page = change_page(admin_client, channel_id)
     last = Channel.objects.get(pk=channel_id).last_dequeue_at
     moment = datetime.fromtimestamp(last / 1000, tz=timezone.get_fixed_timezone(0))
-    expected = formats.localize(timezone.localtime(moment, timezone.zoneinfo.ZoneInfo("Europe/Paris")))
+    local = timezone.localtime(moment, timezone.zoneinfo.ZoneInfo("Europe/Paris"))
+    # The date as the user's locale writes it, the time to the second (ticks are seconds apart).
+    expected = f"{formats.date_format(local, 'DATE_FORMAT')}, {local:%H:%M:%S}"
     assert readonly(page, "last_release") == expected
     assert "+00:00" not in page
 

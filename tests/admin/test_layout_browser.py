@@ -4,12 +4,13 @@ chromium, driven by Playwright), the way tests/admin/test_browser.py drives it."
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.contrib.auth.models import User
 from django.db.models import F
 
-from django_lonnymq import api
+from django_lonnymq import Workflow, api
 from django_lonnymq.models import Channel, DeadMessage, QueueSample
 
 from .conftest import admin_page
@@ -20,6 +21,7 @@ LISTS = {
     "workers": "/admin/django_lonnymq/worker/",
     "messages": "/admin/django_lonnymq/message/",
     "dead_messages": "/admin/django_lonnymq/deadmessage/",
+    "workflows": "/admin/django_lonnymq/workflowrecord/",
 }
 
 
@@ -34,6 +36,10 @@ def test_lists_fit_1366_px_and_pages_show_times_not_raw_values(live_server: Any,
     # dead letters' list scrolled by a pixel; at eight digits it was 26 px too wide).
     DeadMessage.objects.update(id=F("id") + 12_345_000)
     acme = Channel.objects.get(queue=QUEUE, name="acme")
+    # A finished workflow: its "finished at" column holds a time to the second.
+    flow = Workflow("a-nightly-import-with-a-long-name", channel="a-tenant-with-a-rather-long-name")
+    flow.step(QUEUE, {}, delay=3600)
+    api.cancel_workflow(flow.start())
     OUTPUT.mkdir(exist_ok=True)
     page = admin_page(browser, live_server.url, width=1366, height=800)
 
@@ -54,6 +60,10 @@ def test_lists_fit_1366_px_and_pages_show_times_not_raw_values(live_server: Any,
         page.screenshot(path=str(OUTPUT / f"list-{name}-1366.png"), full_page=True)
         assert table <= box + 0.5, f"the {name} list scrolls sideways at 1366 px: {table:.2f} > {box:.2f} px"
         assert "Show counts" not in page.content()
+        if name == "workflows":
+            finished = page.locator("#result_list tbody td.field-finished").first
+            assert finished.is_visible()
+            assert re.search(r"\d\d:\d\d:\d\d$", finished.inner_text()), finished.inner_text()
 
     page.goto(f"{live_server.url}/admin/django_lonnymq/channel/{acme.pk}/change/")
     page.wait_for_selector("fieldset")

@@ -267,3 +267,25 @@ def test_installed_from_the_wheel_it_migrates_runs_a_job_and_serves_the_admin(
     assert "tenant-2" in pages["messages"][1]  # the waiting message, by its channel
     assert "tenant-1" in pages["channels"][1] and "tenant-2" in pages["channels"][1]
     assert "later" in pages["dashboard"][1]
+
+
+@pytest.mark.django_independent
+def test_twine_accepts_the_wheel_and_the_sdist(built: dict[str, Path]) -> None:
+    # What PyPI will show and accept (docs/releasing.md, step 5): twine is in the dev group.
+    import importlib.util
+    import shutil
+
+    if importlib.util.find_spec("twine") is not None:
+        twine = [sys.executable, "-m", "twine"]
+    elif shutil.which("twine"):
+        twine = [str(shutil.which("twine"))]
+    else:
+        pytest.skip("twine is not installed: it is in pyproject.toml's dev group (make install)")
+    done = subprocess.run(
+        [*twine, "check", "--strict", str(built["wheel"]), str(built["sdist"])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("PASSED") == 2, done.stdout
