@@ -280,7 +280,7 @@ def test_twine_accepts_the_wheel_and_the_sdist(built: dict[str, Path]) -> None:
     elif shutil.which("twine"):
         twine = [str(shutil.which("twine"))]
     else:
-        pytest.skip("twine is not installed: it is in pyproject.toml's dev group (make install)")
+        pytest.fail("twine is not installed: it is in pyproject.toml's dev group (make install)")
     done = subprocess.run(
         [*twine, "check", "--strict", str(built["wheel"]), str(built["sdist"])],
         capture_output=True,
