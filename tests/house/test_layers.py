@@ -367,3 +367,37 @@ def test_the_naming_check_sees_a_statement_passed_by_name():
     # The control.
     tree = ast.parse('db.value("ack", {"ids": "{1}"}, using=None)')
     assert _statements_named(tree) == [(1, "ack")]
+
+
+# The lifecycle executors forward a statement function's (name, params) to db.py on their own
+# connection (the worker's control connection, a Django alias): they name no statement.
+FORWARDS_TO_DB = {f"{PACKAGE}.worker.connection", f"{PACKAGE}.worker.lifecycle"}
+DB_RUNNERS = {"rows", "value", "run", "run_value", "models"}
+
+
+def _db_runner_calls(tree: ast.AST) -> list[int]:
+    """The lines calling ``db.rows/value/run/run_value/models`` (``db`` or ``_db``)."""
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in DB_RUNNERS
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id.lstrip("_") == "db"
+    ]
+
+
+def test_only_the_statement_layer_calls_the_db_runners():
+    calling = {
+        name: lines
+        for name, path in sources().items()
+        if room_of(name) not in {"statements", "sql", "db"} and name not in FORWARDS_TO_DB
+        if (lines := _db_runner_calls(ast.parse(path.read_text())))
+    }
+    assert calling == {}, "call statements.<name>(...) instead (django_lonnymq/statements/)"
+
+
+def test_the_runner_check_sees_a_db_call():
+    # The control: the check flags a direct db.value call.
+    assert _db_runner_calls(ast.parse('db.value("ack", {}, using=None)')) == [1]
