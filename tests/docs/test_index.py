@@ -42,3 +42,32 @@ def test_the_check_sees_a_page_left_out(tmp_path):
     links = {target for _, target in LINK.findall("[Workflows](workflows.md) and [x](api.md#y)")}
     assert links == {"workflows.md", "api.md"}
     assert {"workflows.md", "api.md", "spark.md"} - links == {"spark.md"}
+
+
+# Code a reader copies (Python, shell, YAML, ...) fits a page: 100 characters. Program output
+# (plain and text blocks) is shown as printed, and diagrams (mermaid) are drawn, not scrolled.
+WIDTH = 100
+SHOWN_AS_IS = {"", "text", "mermaid"}
+
+
+def wide_code_lines(text: str) -> list[int]:
+    wide, language = [], None
+    for number, line in enumerate(text.splitlines(), 1):
+        fence = re.match(r"^\s*```(\w*)", line)
+        if fence:
+            language = None if language is not None else fence.group(1)
+        elif language is not None and language not in SHOWN_AS_IS and len(line) > WIDTH:
+            wide.append(number)
+    return wide
+
+
+def test_no_line_of_code_is_wider_than_the_page():
+    pages = [*DOCS.glob("*.md"), DOCS.parent / "README.md"]
+    wide = {path.name: lines for path in pages if (lines := wide_code_lines(path.read_text()))}
+    assert wide == {}
+
+
+def test_the_width_check_sees_a_wide_line_and_leaves_output_alone():
+    # The control.
+    long = "x" * 101
+    assert wide_code_lines(f"```python\n{long}\n```\n```text\n{long}\n```\n") == [2]
