@@ -53,14 +53,11 @@ def run_durable_step(timeout: float = 60) -> list[str]:
     from django.db import connection, transaction
 
     from django_lonnymq import api, enqueue
+    from example_project.demo import forget_queue
     from example_project.tenants.models import JobRun
 
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT id FROM lonnymq_channel WHERE queue = %s", [QUEUE])
-        ids = [row[0] for row in cursor.fetchall()]
-        for table in ("lonnymq_message", "lonnymq_dedup", "lonnymq_wake"):
-            cursor.execute(f"DELETE FROM {table} WHERE channel_id = ANY(%s)", [ids])
-        cursor.execute("DELETE FROM lonnymq_dead_message WHERE queue = %s", [QUEUE])
+        forget_queue(cursor, QUEUE)
         cursor.execute("DELETE FROM lonnymq_event WHERE key LIKE 'demo-approval-%%'")
         JobRun.objects.filter(queue__startswith=f"{QUEUE}:").delete()
     for tenant in TENANTS:

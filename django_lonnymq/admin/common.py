@@ -15,11 +15,12 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 from django.contrib.admin.utils import quote
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import router
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest, QueryDict
-from django.urls import reverse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, QueryDict
+from django.urls import URLPattern, path, reverse
 from django.utils import formats, timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html
@@ -401,3 +402,32 @@ class ReadOnlyQueueAdmin(DatabaseAdmin):
     @admin.display(description="last error")
     def last_error_full(self, obj: Any) -> str:
         return format_html("<pre>{}</pre>", obj.last_error) if obj.last_error else "-"
+
+
+# -- buttons on a detail page (POST views beside the admin's own) ---------------------------
+
+
+def button_urls(
+    model_admin: admin.ModelAdmin, buttons: Iterable[tuple[str, Callable[..., Any]]]
+) -> list[URLPattern]:
+    """``<object_id>/<route>/`` for each (route, view), named ``<app>_<model>_lq_<route>``
+    (dashes as underscores), behind the admin site's login and permission wrapper."""
+    prefix = f"{model_admin.opts.app_label}_{model_admin.opts.model_name}"
+    return [
+        path(
+            f"<path:object_id>/{route}/",
+            model_admin.admin_site.admin_view(view),
+            name=f"{prefix}_lq_{route.replace('-', '_')}",
+        )
+        for route, view in buttons
+    ]
+
+
+def refused_post(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpResponse | None:
+    """A button's request, refused unless it is a POST by a user with the change permission
+    (405 for another method; PermissionDenied, a 403, without the permission)."""
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    if not model_admin.has_change_permission(request):
+        raise PermissionDenied
+    return None

@@ -12,10 +12,8 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import unquote
-from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
-from django.urls import path
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 
 from .. import api, durable
 from ..exceptions import LonnyMQError
@@ -26,10 +24,12 @@ from .common import (
     QueueFilter,
     ReadOnlyQueueAdmin,
     batches,
+    button_urls,
     has_perm,
     in_channels,
     leased_by_link,
     read_database,
+    refused_post,
     run_in_batches,
     when,
     write_database,
@@ -172,20 +172,8 @@ class MessageAdmin(ReadOnlyQueueAdmin):
     # -- a durable handler's checkpoints, and its two buttons (POST, change permission) -----
 
     def get_urls(self) -> list[Any]:
-        prefix = f"{self.opts.app_label}_{self.opts.model_name}"
-        return [
-            path(
-                "<path:object_id>/resume/",
-                self.admin_site.admin_view(self.resume_view),
-                name=f"{prefix}_lq_resume",
-            ),
-            path(
-                "<path:object_id>/run-again/",
-                self.admin_site.admin_view(self.run_again_view),
-                name=f"{prefix}_lq_run_again",
-            ),
-            *super().get_urls(),
-        ]
+        buttons = [("resume", self.resume_view), ("run-again", self.run_again_view)]
+        return [*button_urls(self, buttons), *super().get_urls()]
 
     def change_view(
         self,
@@ -213,10 +201,9 @@ class MessageAdmin(ReadOnlyQueueAdmin):
 
     def _acted_on(self, request: HttpRequest, object_id: str) -> int | HttpResponse:
         """The message a button posts to, once the method and the permission are right."""
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
-        if not self.has_change_permission(request):
-            raise PermissionDenied
+        refused = refused_post(self, request)
+        if refused is not None:
+            return refused
         message_id = an_id(unquote(object_id))
         if message_id is None:
             raise Http404(f"{object_id!r} is not a message id")

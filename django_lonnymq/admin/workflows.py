@@ -9,11 +9,10 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
-from django.core.exceptions import PermissionDenied
 from django.db import router
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
-from django.urls import path, reverse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import ngettext
@@ -21,7 +20,14 @@ from django.utils.translation import ngettext
 from .. import workflows
 from ..models import WorkflowRecord
 from ..urlparams import storable
-from .common import CHANNEL_FILTER_LIMIT, ReadOnlyQueueAdmin, unstorable_query, when
+from .common import (
+    CHANNEL_FILTER_LIMIT,
+    ReadOnlyQueueAdmin,
+    button_urls,
+    refused_post,
+    unstorable_query,
+    when,
+)
 
 # Fill colours of a step by state (the legend under the graph says the same).
 COLOURS = {
@@ -141,20 +147,8 @@ class WorkflowAdmin(ReadOnlyQueueAdmin):
     # -- the workflow's own page: Cancel and Requeue failed steps buttons (POST) -----------
 
     def get_urls(self) -> list[Any]:
-        prefix = f"{self.opts.app_label}_{self.opts.model_name}"
-        return [
-            path(
-                "<path:object_id>/cancel/",
-                self.admin_site.admin_view(self.cancel_view),
-                name=f"{prefix}_lq_cancel",
-            ),
-            path(
-                "<path:object_id>/requeue-failed/",
-                self.admin_site.admin_view(self.requeue_failed_view),
-                name=f"{prefix}_lq_requeue_failed",
-            ),
-            *super().get_urls(),
-        ]
+        buttons = [("cancel", self.cancel_view), ("requeue-failed", self.requeue_failed_view)]
+        return [*button_urls(self, buttons), *super().get_urls()]
 
     def change_view(
         self,
@@ -169,10 +163,9 @@ class WorkflowAdmin(ReadOnlyQueueAdmin):
 
     def _acted_on(self, request: HttpRequest, object_id: str) -> WorkflowRecord | HttpResponse:
         """The workflow a button posts to, once the method and the permission are right."""
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
-        if not self.has_change_permission(request):
-            raise PermissionDenied
+        refused = refused_post(self, request)
+        if refused is not None:
+            return refused
         obj = self.get_object(request, unquote(object_id))
         if obj is None:
             raise Http404(f"workflow {object_id} does not exist (pruned?)")
