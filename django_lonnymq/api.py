@@ -24,6 +24,7 @@ from .conf import enqueue_params, settings
 from .durations import duration_ms
 from .exceptions import InvalidArgument
 from .limits import Consumed, consume, rate_limited  # noqa: F401 - api.consume() is part of the API
+from .progress import MessageStatus, Progress, message_status  # noqa: F401 - part of the API
 from .rates import Rate
 from .routing import queue_database, refuse_cross_database
 

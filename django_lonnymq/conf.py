@@ -75,6 +75,12 @@ DEFAULTS: dict[str, Any] = {
     # How long an event (api.emit_event) is kept for a wait that comes after it; later emits
     # of its key change nothing meanwhile (first write wins). docs/durable.md.
     "EVENT_RETENTION": timedelta(days=7),
+    # message.progress(): a worker writes each message's latest report at most this often
+    # (and once more when its run ends); reports in between only replace the one waiting.
+    "PROGRESS_INTERVAL": timedelta(milliseconds=500),
+    # How long a message's last progress report is kept after the message left the queue
+    # (acked, or its dead letter purged), for api.message_status and the admin.
+    "PROGRESS_RETENTION": timedelta(days=7),
     # How long a dedup key keeps refusing duplicates after its message was enqueued.
     "DEDUP_WINDOW": timedelta(days=1),
     # An enqueue wakes a channel (leaves a wake-up mark) only when its next turn is later
@@ -143,6 +149,8 @@ DURATIONS = {
     "WORKER_LOST_AFTER",
     "WORKER_PRUNE_AFTER",
     "EVENT_RETENTION",
+    "PROGRESS_INTERVAL",
+    "PROGRESS_RETENTION",
 }
 
 

@@ -39,8 +39,9 @@ from . import statements
 from .conf import settings
 from .exceptions import Suspended
 from .message import Message, is_step, workflow_of
+from .progress import Progress
 from .worker import outcomes
-from .worker.lifecycle import DjangoExecutor, Recorder, lease
+from .worker.lifecycle import DjangoExecutor, Recorder, lease, record_progress
 from .worker.observer import SignalObserver
 
 logger = logging.getLogger("django_lonnymq.eager")
@@ -213,8 +214,20 @@ def run(queue: str, ids: list[int], alias: str) -> None:
     while waiting and empty < _EMPTY_TRIES:
         statements.run_now(ids=sorted(waiting), tolerance_ms=settings.ms("WAKE_TOLERANCE"), on=alias)
         executor = DjangoExecutor(alias)
+
+        def report(message: Message, progress: Progress, on: DjangoExecutor = executor) -> None:
+            # Each report written at once, in the caller's transaction (a test reads it back).
+            record_progress(on, [(message, progress)])
+
         messages = lease(
-            executor, queue, 100, worker="eager", lease_ms=settings.ms("LEASE"), using=alias, eager=True
+            executor,
+            queue,
+            100,
+            worker="eager",
+            lease_ms=settings.ms("LEASE"),
+            using=alias,
+            eager=True,
+            report=report,
         )
         if not messages:
             empty += 1

@@ -244,11 +244,12 @@ class DuplicateStep(InvalidArgument):
 
 
 class NotInHandler(LonnyMQError):
-    """``step``, ``sleep`` or ``wait`` called on a message no worker or eager mode delivered."""
+    """``step``, ``sleep``, ``wait`` or ``progress`` called on a message no worker or eager mode
+    delivered."""
 
     def __init__(self) -> None:
         super().__init__(
-            "message.step, sleep and wait work only inside a handler run by a worker or by eager mode"
+            "message.step, sleep, wait and progress work only inside a handler run by a worker or by eager mode"
         )
 
 

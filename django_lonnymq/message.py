@@ -91,6 +91,11 @@ class Message:
     # name of the sleep or wait that suspended this run, if one did.
     _durable: Any = field(default=None, repr=False, compare=False)
     _suspended_on: str | None = field(default=None, repr=False, compare=False)
+    # message.progress(): checks the report and hands it to whoever delivered the message (a
+    # worker's report buffer, eager mode's writer): worker/lifecycle.py's progress_reporter.
+    _progress: Callable[[Message, Any, Any, Any], None] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     @property
     def scheduled_at(self) -> datetime | None:
@@ -121,6 +126,25 @@ class Message:
         from asgiref.sync import sync_to_async
 
         await sync_to_async(self.extend_lease, thread_sensitive=True)(duration)
+
+    # -- progress (docs/limits-and-progress.md) --------------------------------------------
+
+    def progress(self, done: float, total: float | None = None, note: str = "") -> None:
+        """Report how far the handler got: ``done`` of ``total`` (None: unknown), and a note of
+        at most 200 characters. Call it as often as you like: a worker writes each message's
+        latest report at most every ``LONNYMQ_PROGRESS_INTERVAL`` and once more when the run
+        ends. Shown by ``api.message_status``, the message's admin page and the dashboard;
+        sends :data:`~django_lonnymq.signals.message_progress`. Bad values raise
+        :class:`~django_lonnymq.exceptions.InvalidArgument` and record nothing."""
+        if self._progress is None:
+            raise NotInHandler()
+        self._progress(self, done, total, note)
+
+    async def aprogress(self, done: float, total: float | None = None, note: str = "") -> None:
+        """:meth:`progress` for an ``async def`` handler."""
+        from asgiref.sync import sync_to_async
+
+        await sync_to_async(self.progress, thread_sensitive=True)(done, total, note)
 
     # -- durable handlers (docs/durable.md) ----------------------------------------------
 

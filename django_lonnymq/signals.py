@@ -13,6 +13,9 @@ class), and ``message`` is the message itself:
 - :data:`message_dead` (``message``, ``reason``, ``error``): the message went to the dead
   letters; ``reason`` is the one stored with it (``failed``, ``discarded``, ``timeout``,
   ``cancelled``, ``snoozed too often``). ``message_finished`` with outcome ``dead`` follows.
+- :data:`message_progress` (``message``, ``done``, ``total``, ``note``): the handler called
+  ``message.progress()``, sent on the handler's own thread at every call (before the report is
+  written: a worker writes at most every ``LONNYMQ_PROGRESS_INTERVAL``); keep receivers quick.
 
 A receiver that raises is logged (logger ``django_lonnymq.signals``) and changes nothing:
 not the message's outcome, not the worker, not the other receivers; a ``BaseException``
@@ -39,6 +42,7 @@ FINISHED = ("acked", "retried", "snoozed", "suspended", "dead", "timed_out", "ca
 message_started = Signal()
 message_finished = Signal()
 message_dead = Signal()
+message_progress = Signal()
 
 
 def send(signal: Signal, sender: Any, **named: Any) -> None:
@@ -93,7 +97,7 @@ def send_each(signal: Signal, sender: Any, **named: Any) -> list[tuple[Any, Base
 
 
 def _name_of(signal: Signal) -> str:
-    for name in ("message_started", "message_finished", "message_dead"):
+    for name in ("message_started", "message_finished", "message_dead", "message_progress"):
         if globals()[name] is signal:
             return name
     return repr(signal)

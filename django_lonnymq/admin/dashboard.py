@@ -35,6 +35,7 @@ from ..figures import (
 )
 from ..models import Channel, DeadMessage, QueueConfig, QueueSample
 from ..models import worker as workers
+from ..progress import running_progress
 from ..routing import queue_databases
 from ..sampling import count_cap
 from ..urlparams import storable
@@ -56,6 +57,8 @@ WINDOWS = [(15, "15 minutes"), (60, "1 hour"), (360, "6 hours"), (1440, "24 hour
 DEFAULT_WINDOW = 60
 # Channels in the tenants view.
 TENANTS = 20
+# The dashboard's list of running messages with a progress report.
+PROGRESS_SHOWN = 10
 # The tenants view looks up the head of every channel of a queue of at most this many
 # channels; past it, of this many next in turn and this many at their cap (queue_tenants).
 TENANT_CANDIDATES = 1_000
@@ -188,6 +191,13 @@ def dashboard_context(request: HttpRequest, *, using: str | None = None) -> dict
         "throughput_chart": throughput_chart(drawn),
         "drain_chart": drain_chart(drawn),
         "workflows": workflows.counts(using=alias),
+        "progress": [
+            {"id": message_id, "channel": channel, "progress": report}
+            for message_id, channel, report in running_progress(selected, limit=PROGRESS_SHOWN, using=alias)
+        ]
+        if selected
+        else [],
+        "progress_limit": PROGRESS_SHOWN,
         "count_cap": count_cap(),
         "any_estimated": any(sample.estimated for sample in live),
         "now": now,

@@ -18,6 +18,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from .. import api, durable
 from ..exceptions import LonnyMQError
 from ..models import Channel, Message
+from ..progress import message_status
 from ..urlparams import an_id, storable
 from .common import (
     CHANNEL_FILTER_LIMIT,
@@ -189,11 +190,15 @@ class MessageAdmin(ReadOnlyQueueAdmin):
             else durable.checkpoints(message_id, using=write_database(request, Message))
         )
         shown = [{**c._asdict(), "created": when(c.created_at), "until": when(c.until_ms)} for c in found]
+        status = (
+            None if message_id is None else message_status(message_id, using=write_database(request, Message))
+        )
         pending = durable.suspended_on(found, api.now_ms())
         context = {
             **(extra_context or {}),
             "lq_can_act": self.has_change_permission(request),
             "lq_checkpoints": shown,
+            "lq_progress": status.progress if status is not None else None,
             "lq_suspended_on": next((c for c in shown if pending and c["name"] == pending.name), None),
             "lq_query": request.GET.urlencode(),
         }

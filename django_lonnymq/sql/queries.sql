@@ -435,3 +435,50 @@ SELECT c.queue, pg_catalog.count(DISTINCT s.message_id)
 -- name: consume
 -- Take tokens of a channel's token bucket for work done outside a job (api.consume).
 SELECT ok, retry_after_ms FROM lonnymq_consume_v1(%(queue)s::text, %(channel)s::text, %(tokens)s::integer)
+
+-- name: progress
+-- Handlers' latest progress reports, one per message (message.progress(); worker/progress.py).
+SELECT lonnymq_progress_v1(%(ids)s::bigint[], %(queues)s::text[], %(channels)s::text[],
+                           %(done)s::double precision[], %(totals)s::double precision[], %(notes)s::text[])
+
+-- name: progress_prune
+SELECT lonnymq_progress_prune_v1(%(retention_ms)s::bigint, %(limit)s::integer)
+
+-- name: message_status
+-- A message's state and its last progress report (api.message_status): running, suspended,
+-- scheduled or ready while in the queue, dead in the dead letters, finished once gone with
+-- its progress kept; no row: the queue knows nothing of it (any more).
+WITH s AS (
+    SELECT CASE WHEN m.lease_until IS NOT NULL THEN 'running'
+                WHEN EXISTS (SELECT 1 FROM lonnymq_step st
+                              WHERE st.message_id = m.id AND st.kind <> 'step' AND NOT st.done
+                                AND (st.until_ms IS NULL OR st.until_ms > lonnymq_now_ms_v1())) THEN 'suspended'
+                WHEN m.dequeue_at > lonnymq_now_ms_v1() THEN 'scheduled'
+                ELSE 'ready' END AS state,
+           c.queue, c.name AS channel, m.attempts, m.max_attempts, m.last_error
+      FROM lonnymq_message m JOIN lonnymq_channel c ON c.id = m.channel_id
+     WHERE m.id = %(id)s::bigint
+    UNION ALL
+    SELECT 'dead', d.queue, d.channel, d.attempts, d.max_attempts, d.last_error
+      FROM lonnymq_dead_message d WHERE d.id = %(id)s::bigint
+), p AS (
+    SELECT pr.queue, pr.channel, pr.done, pr.total, pr.note, pr.updated_at
+      FROM lonnymq_progress pr WHERE pr.message_id = %(id)s::bigint
+)
+SELECT coalesce(s.state, 'finished') AS state, coalesce(s.queue, p.queue) AS queue,
+       coalesce(s.channel, p.channel) AS channel, s.attempts, s.max_attempts, s.last_error,
+       p.done, p.total, p.note, p.updated_at
+  FROM s FULL JOIN p ON true
+
+-- name: queue_progress
+-- The dashboard: the latest progress reports of a queue's running messages, newest first,
+-- among its `walk` newest reports (a bounded walk of lonnymq_progress_queue_idx).
+SELECT r.message_id, r.channel, r.done, r.total, r.note, r.updated_at
+  FROM (SELECT pr.message_id, pr.channel, pr.done, pr.total, pr.note, pr.updated_at
+          FROM lonnymq_progress pr
+         WHERE pr.queue = %(queue)s::text
+         ORDER BY pr.updated_at DESC
+         LIMIT %(walk)s::integer) r
+ WHERE EXISTS (SELECT 1 FROM lonnymq_message m WHERE m.id = r.message_id AND m.lease_until IS NOT NULL)
+ ORDER BY r.updated_at DESC
+ LIMIT %(limit)s::integer

@@ -18,6 +18,7 @@ from .enqueue import *  # noqa: F403
 from .lifecycle import *  # noqa: F403
 from .maintenance import *  # noqa: F403
 from .operations import *  # noqa: F403
+from .progress import *  # noqa: F403
 from .reading import *  # noqa: F403
 from .running import FUNCTIONS as FUNCTIONS
 from .running import On as On

@@ -19,6 +19,7 @@ from .held import Held
 from .lifecycle import Recorder, refuses_data
 from .observer import Observers
 from .outcomes import Outcome
+from .progress import Reports
 from .stats import Stats
 from .waiting import Waiter
 
@@ -29,13 +30,20 @@ class Completion:
     """The outcomes waiting to be recorded, and the calls that record them."""
 
     def __init__(
-        self, connection: ControlConnection, held: Held, observers: Observers, stats: Stats, waiter: Waiter
+        self,
+        connection: ControlConnection,
+        held: Held,
+        observers: Observers,
+        stats: Stats,
+        waiter: Waiter,
+        reports: Reports | None = None,
     ):
         self.connection = connection
         self.held = held
         self.observers = observers
         self.stats = stats
         self.waiter = waiter
+        self.reports = reports
         self.recorder = Recorder(connection, observers, stats)
         # SimpleQueue: put and get in C, a few microseconds less per message than queue.Queue.
         self._outcomes: queue_mod.SimpleQueue[Outcome] = queue_mod.SimpleQueue()
@@ -61,6 +69,8 @@ class Completion:
             return
         recorded: list[Outcome] = []
         try:
+            if self.reports is not None:
+                self.reports.finished(o.message for o in done)  # their last report, first
             step_acks = [o for o in done if o.action == "ack" and o.message.step_name is not None]
             if step_acks:
                 self._ack_steps(step_acks)

@@ -20,6 +20,7 @@ from .housekeeping import Leases
 from .lifecycle import lease
 from .observer import Observers
 from .outcomes import refused
+from .progress import Reports
 from .stats import Stats
 
 logger = logging.getLogger("django_lonnymq.worker")
@@ -40,6 +41,7 @@ class Fetcher:
         handlers: Handlers,
         completion: Completion,
         leases: Leases,
+        reports: Reports,
         observers: Observers,
         stats: Stats,
     ):
@@ -52,6 +54,7 @@ class Fetcher:
         self.handlers = handlers
         self.completion = completion
         self.leases = leases
+        self.reports = reports
         self.observers = observers
         self.stats = stats
         self._turn = 0
@@ -85,6 +88,7 @@ class Fetcher:
                     lease_ms=self.lease_ms,
                     using=self.leases.using,
                     extend=extend,
+                    report=self.reports.report,
                 )
             except STATEMENT_ERRORS as exc:
                 if self.connection.is_lost(exc):

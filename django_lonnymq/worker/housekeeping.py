@@ -36,6 +36,7 @@ from . import duties
 from .connection import ControlConnection
 from .held import Held
 from .observer import Observer, Observers
+from .progress import Reports
 from .running import Control
 from .stats import Stats
 
@@ -415,6 +416,7 @@ class Housekeeping:
         connection: ControlConnection,
         *,
         leases: Leases,
+        reports: Reports,
         presence: Presence,
         observers: Observers,
         queues: Sequence[str],
@@ -426,6 +428,7 @@ class Housekeeping:
         dashboard samples, no VACUUM; leases are still kept and expired ones reaped."""
         self.connection = connection
         self.leases = leases
+        self.reports = reports
         self.presence = presence
         self.observers = observers
         self.reaper = Reaper(connection, stats)
@@ -441,6 +444,7 @@ class Housekeeping:
             self.observers.tick()
         now = time.monotonic()
         self.leases.tick(now)
+        self.reports.tick(now)
         self.reaper.tick(now)
         if self.enabled and not stopping:
             self.pruner.tick(now)
@@ -460,4 +464,6 @@ class Housekeeping:
             waits.append(self.pruner.next_at - now)
         if self.leases.next_at:
             waits.append(self.leases.next_at - now)
+        if self.reports.next_at:
+            waits.append(self.reports.next_at - now)
         return waits

@@ -22,11 +22,13 @@ from typing import Any, Protocol
 
 import psycopg
 
-from .. import db, jsontext, statements
+from .. import db, jsontext, signals, statements
 from ..conf import settings
 from ..durable import Durable
 from ..exceptions import InvalidArgument, LeaseLost, MessageNotFound
 from ..message import Message, is_step, workflow_of
+from ..progress import Progress
+from ..progress import report as check_report
 from .connection import root_error
 from .observer import Observer, Observers
 from .outcomes import Outcome, fail_params, message_from_row, snooze_params, snoozed_too_often, suspend_params
@@ -85,10 +87,12 @@ def lease(
     using: str,
     eager: bool = False,
     extend: Callable[[Message, timedelta | float | None], None] | None = None,
+    report: Callable[[Message, Any], None] | None = None,
 ) -> list[Message]:
     """Lease up to ``want`` due messages of ``queue``: the messages, each with its durable
     steps' context (on Django's connection ``using``) and, for a workflow's step, its
-    workflow, name and parents' outputs (the dequeue returns them with it)."""
+    workflow, name and parents' outputs (the dequeue returns them with it). ``extend`` backs
+    ``message.extend_lease()``, ``report`` ``message.progress()``."""
     leased = statements.dequeue(
         queue=queue,
         batch_size=want,
@@ -103,6 +107,7 @@ def lease(
         if executor.json_as_text:
             message.payload = jsontext.decode(message.payload)
         message._durable = Durable(using, eager=eager)
+        message._progress = None if report is None else progress_reporter(report)
         if message.dedup_key is not None and message.dedup_key.startswith("lonnymq."):
             workflow_inputs(message, row.step_name, row.outputs, row.inputs_bytes)
         messages.append(message)
@@ -125,6 +130,44 @@ def workflow_inputs(message: Message, step_name: str | None, outputs: Any, input
 # ---------------------------------------------------------------------------------------
 # Recording outcomes
 # ---------------------------------------------------------------------------------------
+
+
+def progress_reporter(report: Callable[[Message, Progress], None]) -> Callable[..., None]:
+    """``message.progress(done, total, note)``: the report checked (a typed error, nothing
+    recorded), handed to ``report`` (a worker's buffer, eager mode's writer), then the signal."""
+
+    def progress(message: Message, done: Any, total: Any, note: Any) -> None:
+        checked = check_report(done, total, note)
+        report(message, checked)
+        signals.send(
+            signals.message_progress,
+            Message,
+            message=message,
+            done=checked.done,
+            total=checked.total,
+            note=checked.note,
+        )
+
+    return progress
+
+
+def record_progress(executor: Executor, reports: list[tuple[Message, Progress]]) -> int:
+    """Write the latest progress report of each message (``message.progress()``) in one call:
+    a worker's reports since its last write, eager mode's one report. Returns the rows written."""
+    if not reports:
+        return 0
+    return int(
+        statements.progress(
+            ids=[m.id for m, _ in reports],
+            queues=[m.queue for m, _ in reports],
+            channels=[m.channel for m, _ in reports],
+            done=[p.done for _, p in reports],
+            totals=[p.total for _, p in reports],
+            notes=[p.note for _, p in reports],
+            on=executor,
+        )
+        or 0
+    )
 
 
 def array_literal(values: Iterable[object]) -> str:

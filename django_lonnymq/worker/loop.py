@@ -32,6 +32,7 @@ from .handlers import Handlers
 from .held import Held
 from .housekeeping import Housekeeping, Leases, Presence, Samples
 from .observer import LogObserver, Observers
+from .progress import Reports
 from .receivers import ReceiverThread
 from .running import Control
 from .stats import Stats
@@ -127,7 +128,11 @@ class Worker(StopOnSignal):
             cancel_grace=settings.ms("CANCEL_GRACE") / 1000,
             interrupt_grace=settings.ms("INTERRUPT_GRACE") / 1000,
         )
-        self.completion = Completion(self.connection, self.held, self.observers, self.stats, self.waiter)
+        # message.progress(): reports kept in memory, written at most every PROGRESS_INTERVAL.
+        self.reports = Reports(self.connection, self.waiter, prune=housekeeping)
+        self.completion = Completion(
+            self.connection, self.held, self.observers, self.stats, self.waiter, self.reports
+        )
         self.runners = Handlers(
             self.handlers,
             self.async_queues,
@@ -151,6 +156,7 @@ class Worker(StopOnSignal):
         self.housekeeping = Housekeeping(
             self.connection,
             leases=leases,
+            reports=self.reports,
             presence=self.presence,
             observers=self.observers,
             queues=self.queues,
@@ -168,6 +174,7 @@ class Worker(StopOnSignal):
             handlers=self.runners,
             completion=self.completion,
             leases=leases,
+            reports=self.reports,
             observers=self.observers,
             stats=self.stats,
         )

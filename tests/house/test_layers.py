@@ -140,7 +140,7 @@ FLOORS: list[tuple[str, set[str]]] = [
         {"__init__", "admin", "management", "pytest_plugin", "apps", "checks", "testing", "prometheus"},
     ),
     ("features", {"api", "limits", "workflows", "schedules", "topics", "tasks"}),
-    ("lifecycle", {"eager", "worker", "tracing", "durable"}),
+    ("lifecycle", {"eager", "worker", "tracing", "durable", "progress"}),
     ("read side", {"alarms", "figures"}),
     ("tables and routing", {"models", "workers", "registry", "routing"}),
     ("the seam", {"db", "sql", "spark", "statements"}),

@@ -117,6 +117,8 @@ RELEASED = {
     "0046_consume.up.sql": "8ba51c1d814608ac21878286a7710c15c135fbde6d41d470df021ccb9457c683",
     "0047_stats_walk_in_index_order.down.sql": "5918612025f33e33704ef240cd0c79e79534cb6f1250f929aa48106bddeef601",
     "0047_stats_walk_in_index_order.up.sql": "4ceb5a4081ac51de467e6978639b3d651da138a06b46a9fed5da0abb917fb315",
+    "0048_progress.down.sql": "e12ec7e66cec9647d869e779f1159c0e4b2dd0b08b62d31b17bdb7a8185ece04",
+    "0048_progress.up.sql": "63619a05432b021b2175b8c1b52371ba45814c8c8c964b6b180c28813f9d6dfd",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

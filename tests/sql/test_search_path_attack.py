@@ -508,6 +508,10 @@ def _statements(ids: dict[str, Any]) -> list[tuple[str, Any]]:
         ("workflow_check", {}),
         ("workflow_cancel", lambda: {"id": ids["workflow"]}),
         ("workflow_prune", {"older_than_ms": 60_000, "limit": 10}),
+        ("progress", {"ids": [1], "queues": [q], "channels": ["a"], "done": [1.0], "totals": [None],
+                      "notes": [""]}),
+        ("message_status", {"id": 1}),
+        ("progress_prune", {"retention_ms": 60_000, "limit": 10}),
     ]
     # fmt: on
 
