@@ -183,18 +183,21 @@ def percentile(values: Sequence[float], p: float) -> float:
     return ordered[k]
 
 
-# The bulk enqueue of each database a bench talks to: the app's (lonnymq_enqueue_many_v2), or
-# on a database migrated before 0025 (bench.sql_ab's base) the one the app called then.
+# The bulk enqueue of each database a bench talks to: the app's (lonnymq_enqueue_many_v3), or
+# on a database migrated before 0049 (0025) (bench.sql_ab's base) the one the app called then.
 _ENQUEUE_MANY: weakref.WeakKeyDictionary[psycopg.Connection[Any], str] = weakref.WeakKeyDictionary()
 
 
 def enqueue_many_function(conn: psycopg.Connection[Any]) -> str:
-    """``lonnymq_enqueue_many_v2``, or ``_v1`` where the database has no ``_v2`` yet."""
+    """``lonnymq_enqueue_many_v3``, or the newest the database has (``_v2``, ``_v1``)."""
     name = _ENQUEUE_MANY.get(conn)
     if name is None:
-        row = conn.execute("SELECT to_regproc('lonnymq_enqueue_many_v2') IS NOT NULL").fetchone()
+        row = conn.execute(
+            "SELECT to_regproc('lonnymq_enqueue_many_v3') IS NOT NULL, to_regproc('lonnymq_enqueue_many_v2') IS NOT NULL"
+        ).fetchone()
+        assert row is not None
         name = _ENQUEUE_MANY[conn] = (
-            "lonnymq_enqueue_many_v2" if row and row[0] else "lonnymq_enqueue_many_v1"
+            "lonnymq_enqueue_many_v3" if row[0] else "lonnymq_enqueue_many_v2" if row[1] else "lonnymq_enqueue_many_v1"
         )
     return name
 

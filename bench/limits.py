@@ -8,7 +8,8 @@ in one run on three setups:
 * **live, no limit set**: the live SQL, no weight, bucket or queue limit configured;
 * **live, all limits**: the live SQL with every channel weighted (1, 2 or 3) and given a token
   bucket, and the queue a concurrency cap and a bucket: all set generously (nothing waits for
-  a token or a slot), so the figure is the machinery's cost, not throttling.
+  a token or a slot), so the figure is the machinery's cost, not throttling. With ``--costs``
+  its messages cost 1, 2 or 3 tokens each (``enqueue(cost=k)``): what spending costs costs.
 
 Each setup has its own database (``--database-url`` with ``_base``, ``_live`` and ``_limits``
 appended; dropped and created again), so no setup's churn bloats another's tables. Each
@@ -54,7 +55,7 @@ def set_all_limits(conn: psycopg.Connection[Any]) -> None:
 
 
 def one_round(
-    conns: dict[str, psycopg.Connection[Any]], total: int, first: int
+    conns: dict[str, psycopg.Connection[Any]], total: int, first: int, costs: bool = False
 ) -> dict[str, tuple[float, float]]:
     """Fill the setups alike, then drain them call by call in turn; median seconds per
     dequeue and per ack of each."""
@@ -63,6 +64,8 @@ def one_round(
         if name == "live, all limits":
             set_all_limits(conn)
         core.fill(conn, QUEUE, total, CHANNELS)
+        if costs and name == "live, all limits":
+            conn.execute("UPDATE lonnymq_message SET cost = 1 + id % 3")
         conn.execute("VACUUM ANALYZE lonnymq_message, lonnymq_channel")
     times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in conns}
     done = dict.fromkeys(conns, 0)
@@ -97,6 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--base", default=before, choices=names[:-1], help="migration of the baseline SQL")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--drain", type=int, default=20_000, help="messages drained per setup and round")
+    parser.add_argument("--costs", action="store_true", help="the all-limits setup's messages cost 1-3 tokens")
     args = parser.parse_args(argv)
 
     urls = dict(
@@ -110,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     conns = {name: core.connect(url) for name, url in urls.items()}
     try:
         for number in range(args.rounds):
-            got = one_round(conns, args.drain, number)
+            got = one_round(conns, args.drain, number, args.costs)
             for setup, (deq, ack) in got.items():
                 figures[setup]["dequeue"].append(deq)
                 figures[setup]["dequeue+ack"].append(deq + ack)
@@ -123,7 +127,8 @@ def main(argv: list[str] | None = None) -> None:
 
     med = statistics.median
     print(f"dequeue of 100 over 1,000 channels; base SQL at {args.base}, live at {names[-1]}; "
-          f"medians of {args.rounds} rounds, {args.drain} messages each")  # fmt: skip
+          f"medians of {args.rounds} rounds, {args.drain} messages each"
+          + ("; all limits with costs 1-3" if args.costs else ""))  # fmt: skip
     print(f"machine: {core.machine_facts()}")
     print(f"{'setup':<22}{'dequeue (us)':>14}{'x base':>9}{'dequeue+ack (us)':>19}{'x base':>9}")
     for setup in SETUPS:

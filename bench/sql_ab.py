@@ -6,10 +6,10 @@ latest; then, in rounds that alternate between them (so a busy machine slows bot
 the same work runs on each:
 
 * enqueue 1: ``--singles`` single enqueues, one transaction each, 10 channels;
-* enqueue 100: batches of 100 messages over 100 channels (the app's ``lonnymq_enqueue_many_v2``,
-  or ``_v1`` on a base migrated before 0025);
+* enqueue 100: batches of 100 messages over 100 channels (the app's ``lonnymq_enqueue_many_v3``,
+  or what it called on a base migrated before 0049);
 * enqueue 2,000 channels: ``--wide`` calls of the app's bulk enqueue
-  (``lonnymq_enqueue_many_v2``, or ``_v1`` before 0025) of 2,000 messages, one per channel (past
+  (``lonnymq_enqueue_many_v3``, or what it called before 0049) of 2,000 messages, one per channel (past
   64 channels it takes stripe locks since 0040);
 * dequeue+ack 100: with 1,000 backlogged channels, lease 100 messages and ack them, until
   ``--drain`` messages are done.
@@ -68,6 +68,12 @@ def with_suffix(url: str, suffix: str) -> str:
     return f"{head}/{name}_{suffix}" + (f"?{query}" if query else "")
 
 
+# The single enqueue before lonnymq_enqueue_v3 (migration 0049 added the cost).
+ENQUEUE_V2 = (
+    "SELECT lonnymq_enqueue_v2(%(queue)s::text, %(channel)s::text, %(payload)s::jsonb, %(run_at_ms)s::bigint,"
+    " %(delay_ms)s::bigint, %(priority)s::integer, %(dedup_key)s::text, %(on_duplicate)s::text,"
+    " %(max_attempts)s::integer, %(priority_step_ms)s::bigint, %(tolerance_ms)s::bigint)"
+)
 # The single enqueue before lonnymq_enqueue_v2 (migration 0025 added the dedup modes).
 ENQUEUE_V1 = (
     "SELECT lonnymq_enqueue_v1(%(queue)s::text, %(channel)s::text, %(payload)s::jsonb, %(run_at_ms)s::bigint,"
@@ -77,11 +83,14 @@ ENQUEUE_V1 = (
 
 
 def enqueue_singles(conn: psycopg.Connection[Any], n: int) -> float:
-    """The app's enqueue statement, or on a base migrated before 0025 the one it sent then."""
-    has_v2 = conn.execute("SELECT to_regproc('lonnymq_enqueue_v2') IS NOT NULL").fetchone()[0]
-    statement = sql.query("enqueue") if has_v2 else ENQUEUE_V1
+    """The app's enqueue statement, or on a base migrated before 0049 (0025) the one it sent then."""
+    has_v3, has_v2 = conn.execute(
+        "SELECT to_regproc('lonnymq_enqueue_v3') IS NOT NULL, to_regproc('lonnymq_enqueue_v2') IS NOT NULL"
+    ).fetchone()
+    statement = sql.query("enqueue") if has_v3 else ENQUEUE_V2 if has_v2 else ENQUEUE_V1
     params = {"queue": QUEUE, "payload": core.PAYLOAD_TEXT, "run_at_ms": None, "delay_ms": None, "priority": 0,
-              "dedup_key": None, "on_duplicate": "skip", "max_attempts": 5, "priority_step_ms": 1000, "tolerance_ms": 50}  # fmt: skip
+              "dedup_key": None, "on_duplicate": "skip", "max_attempts": 5, "priority_step_ms": 1000, "tolerance_ms": 50,
+              "cost": 1}  # fmt: skip
     start = time.perf_counter()
     for i in range(n):
         conn.execute(statement, {**params, "channel": f"c{i % 10}"}, prepare=True)

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.db import IntegrityError, transaction
 
 from . import arguments, bounds, db, durable, eager, statements, tracing, workflows
 from .arguments import now_ms  # noqa: F401 - api.now_ms() is part of the API
@@ -43,6 +44,7 @@ class Item:
     dedup_key: str | None = None
     max_attempts: int | None = None
     on_duplicate: str | None = None
+    cost: int | None = None
 
 
 def _max_attempts(field: str, value: int | None) -> int:
@@ -65,6 +67,7 @@ def enqueue(
     dedup_key: str | None = None,
     on_duplicate: str = "skip",
     max_attempts: int | None = None,
+    cost: int = 1,
     using: str | None = None,
 ) -> int:
     """Enqueue one message into ``queue``/``channel``; returns its id.
@@ -75,8 +78,10 @@ def enqueue(
     ``"skip"`` returns the key's message id and writes nothing, ``"replace"`` (debounce)
     gives the key's waiting message this payload and run time, ``"update"`` (throttle) this
     payload only; a key whose message runs or has finished gets one new waiting message.
-    Returns the id of the message created or changed (docs/flow-control.md). Without
-    ``using`` it runs on the queue's database (``LONNYMQ_QUEUE_DATABASES``, docs/scaling.md).
+    Returns the id of the message created or changed (docs/flow-control.md). ``cost`` (1 to
+    1,000,000) is how many tokens of its channel's and its queue's rate limits its release
+    takes (docs/limits-and-progress.md); more than a bucket's burst is an ``InvalidArgument``.
+    Without ``using`` it runs on the queue's database (``LONNYMQ_QUEUE_DATABASES``, docs/scaling.md).
     """
     arguments.queue(queue)
     using = queue_database(queue, using)
@@ -87,6 +92,7 @@ def enqueue(
         arguments.dedup_key(dedup_key)
     arguments.on_duplicate(on_duplicate, dedup_key)
     attempts = _max_attempts("max_attempts", max_attempts)
+    cost = arguments.integer("cost", cost, 1, bounds.MAX_COST)
     params = {
         "queue": queue,
         "channel": channel,
@@ -97,6 +103,7 @@ def enqueue(
         "dedup_key": dedup_key,
         "on_duplicate": on_duplicate,
         "max_attempts": attempts,
+        "cost": cost,
         **enqueue_params(),
     }
     refuse_cross_database("enqueue", using)
@@ -120,6 +127,7 @@ def enqueue_many(
     priority: int = 0,
     on_duplicate: str = "skip",
     max_attempts: int | None = None,
+    cost: int = 1,
     using: str | None = None,
 ) -> list[int]:
     """Enqueue many messages of one queue, any channels, in one round trip.
@@ -127,7 +135,8 @@ def enqueue_many(
     Each item is an :class:`Item` or a bare payload (which takes the keyword defaults).
     Returns the ids in input order. All or nothing: one bad item fails the whole call.
     ``on_duplicate`` is the mode of the items that set a ``dedup_key`` and no mode of their
-    own; items of one key apply in input order, as that many :func:`enqueue` calls would. One
+    own; items of one key apply in input order, as that many :func:`enqueue` calls would.
+    ``cost`` is the cost of the items that set none (see :func:`enqueue`). One
     queue, so one database: the queue's (``LONNYMQ_QUEUE_DATABASES``) unless ``using``.
     """
     arguments.queue(queue)
@@ -136,6 +145,8 @@ def enqueue_many(
     arguments.collection("items", items, "items")
     using = queue_database(queue, using)
     default_attempts = _max_attempts("max_attempts", max_attempts)
+    default_cost = arguments.integer("cost", cost, 1, bounds.MAX_COST)
+    costs: list[int] = []
     channels: list[str] = []
     payloads: list[str] = []
     run_ats: list[int | None] = []
@@ -171,6 +182,11 @@ def enqueue_many(
             if item.max_attempts is None
             else _max_attempts(f"{where}.max_attempts", item.max_attempts)
         )
+        costs.append(
+            default_cost
+            if item.cost is None
+            else arguments.integer(f"{where}.cost", item.cost, 1, bounds.MAX_COST)
+        )
     if not payloads:
         return []
     params = {
@@ -185,6 +201,7 @@ def enqueue_many(
         "on_duplicate": modes if any(m != "skip" for m in modes) else None,
         "max_attempts": attempts,
         "default_max_attempts": default_attempts,
+        "costs": costs if any(c != 1 for c in costs) else None,
         **enqueue_params(),
     }
     refuse_cross_database("enqueue_many", using)
@@ -215,6 +232,7 @@ def configure_channel(
     rate: Rate | str | None = _UNSET,
     plan: str | None = _UNSET,
     inherit: Iterable[str] | bool = (),
+    ordered: bool = _UNSET,
     using: str | None = None,
 ) -> int:
     """Create or change a channel's limits; omitted ones keep their value. Returns its id.
@@ -231,9 +249,23 @@ def configure_channel(
     becomes the channel's own and overrides its plan's; ``inherit`` names limits
     (``"weight"``, ``"max_concurrency"``, ``"release_interval"``, ``"rate"``; ``True``: all
     four) that follow the plan, or the defaults without one, again.
+
+    ``ordered=True``: strict order (docs/limits-and-progress.md). The channel runs one message
+    at a time (its ``max_concurrency`` becomes 1, its own, and may not change while ordered)
+    in release order; a message waiting for its retry or snoozed holds the channel, a dead one
+    blocks it until :func:`requeue_dead` brings it back or :func:`unblock_channel` skips it.
+    ``ordered=False`` lifts any hold or block at once (the cap stays 1 until you change it).
     """
     arguments.queue(queue)
     arguments.channel(channel)
+    if ordered is not _UNSET and not isinstance(ordered, bool):
+        raise InvalidArgument("ordered", "must be a boolean", ordered)
+    if ordered is True:
+        if max_concurrency is not _UNSET and max_concurrency != 1:
+            raise InvalidArgument("max_concurrency", "must be 1 for an ordered channel", max_concurrency)
+        if inherit is True or (not isinstance(inherit, bool) and "max_concurrency" in list(inherit or ())):
+            raise InvalidArgument("inherit", "cannot include max_concurrency for an ordered channel", inherit)
+        max_concurrency = 1
     plan_name = None if plan is _UNSET or plan is None else arguments.name("plan", plan, bounds.MAX_PLAN_NAME)
     inherited = _inherit(inherit)
     limits = _limit_params(weight, max_concurrency, release_interval, rate)
@@ -250,7 +282,53 @@ def configure_channel(
         "no_plan": plan is None,
         "inherit": inherited,
     }
-    return int(statements.configure_channel(**params, on=queue_database(queue, using)))
+    alias = queue_database(queue, using)
+    try:
+        with transaction.atomic(using=alias):
+            channel_id = int(statements.configure_channel(**params, on=alias))
+            if ordered is not _UNSET:
+                statements.order_channel(queue=queue, channel=channel, ordered=ordered, on=alias)
+    except IntegrityError as exc:
+        if "lonnymq_channel_ordered_one_at_a_time" not in str(exc):
+            raise
+        raise InvalidArgument(
+            "max_concurrency",
+            "must stay 1 while the channel is ordered (configure_channel(ordered=False) first)",
+            max_concurrency if max_concurrency is not _UNSET else "the plan's cap",
+        ) from exc
+    return channel_id
+
+
+@dataclass(frozen=True)
+class BlockedChannel:
+    """An ordered channel that a dead message blocks (:func:`blocked_channels`)."""
+
+    channel: str
+    message_id: int
+    reason: str | None
+    last_error: str | None
+    died_at: datetime | None
+
+
+def blocked_channels(queue: str, *, limit: int = 100, using: str | None = None) -> list[BlockedChannel]:
+    """The ordered channels of ``queue`` that a dead message blocks, by name, with that
+    message: each waits until :func:`requeue_dead` brings the message back or
+    :func:`unblock_channel` skips it."""
+    arguments.queue(queue)
+    limit = arguments.integer("limit", limit, 1, 10_000)
+    found = statements.blocked_channels(queue=queue, limit=limit, on=queue_database(queue, using))
+    return [BlockedChannel(b.channel, b.message_id, b.reason, b.last_error, b.died_at) for b in found]
+
+
+def unblock_channel(queue: str, channel: str, *, using: str | None = None) -> int | None:
+    """Skip the dead message that blocks the ordered channel ``queue``/``channel``: the channel
+    goes on with the messages after it (the dead one stays in the dead letters). Returns the
+    skipped message's id, or None when the channel was not blocked. An unknown channel raises
+    :class:`~django_lonnymq.exceptions.InvalidArgument`."""
+    arguments.queue(queue)
+    arguments.channel(channel)
+    skipped = statements.unblock_channel(queue=queue, channel=channel, on=queue_database(queue, using))
+    return None if skipped is None else int(skipped)
 
 
 PLAN_LIMITS = ("weight", "max_concurrency", "release_interval", "rate")

@@ -109,7 +109,16 @@ class ChannelForm(forms.ModelForm):
 
     class Meta:
         model = Channel
-        fields = ["queue", "name", "plan", "max_concurrency", "release_interval_ms", "paused", "weight"]
+        fields = [
+            "queue",
+            "name",
+            "plan",
+            "max_concurrency",
+            "release_interval_ms",
+            "paused",
+            "weight",
+            "ordered",
+        ]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -187,7 +196,7 @@ class ChannelAdmin(NoBulkDelete, DatabaseAdmin):
     )
     list_display_links = ("channel_display",)
     list_editable = ("max_concurrency", "release_interval_ms", "weight")
-    list_filter = ("queue", "paused", "plan")
+    list_filter = ("queue", "paused", "ordered", "plan")
     search_fields = ("name",)
     list_per_page = 50
     # No COUNT(*) over the channel table: topics make a channel of every key, so it can hold
@@ -196,7 +205,7 @@ class ChannelAdmin(NoBulkDelete, DatabaseAdmin):
     paginator = EstimatedCountPaginator
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
-    actions = ("pause", "resume", "purge_messages")
+    actions = ("pause", "resume", "skip_blocking", "purge_messages")
     readonly_fields = (
         "in_flight_count",
         "slots_taken",
@@ -227,7 +236,10 @@ class ChannelAdmin(NoBulkDelete, DatabaseAdmin):
 
     @admin.display(description="channel", ordering="queue")
     def channel_display(self, obj: Channel) -> str:
-        return f"{obj} (paused)" if obj.paused else str(obj)  # queue/name
+        marks = [m for m, on in (("paused", obj.paused), ("ordered", obj.ordered)) if on]
+        if obj.blocked_by is not None:
+            marks.append(f"blocked by dead message {obj.blocked_by}")
+        return f"{obj} ({', '.join(marks)})" if marks else str(obj)  # queue/name
 
     @admin.display(description="in flight")
     def in_flight_count(self, obj: Channel) -> str:
@@ -273,6 +285,10 @@ class ChannelAdmin(NoBulkDelete, DatabaseAdmin):
         ready = counts.ready if counts else 0
         if obj.paused:
             return "- (paused)"
+        if obj.blocked_by is not None:
+            return f"- (ordered: blocked by dead message {obj.blocked_by}; requeue or skip it)"
+        if obj.hold_until is not None and obj.hold_until > now_ms():
+            return f"{when(obj.hold_until)} (ordered: its first message waits for its retry)"
         if ready and obj.max_concurrency is not None and obj.in_flight >= obj.max_concurrency:
             return "when a slot frees (at its cap)"
         if obj.next_dequeue_at is not None and obj.next_dequeue_at > now_ms():
@@ -315,7 +331,7 @@ class ChannelAdmin(NoBulkDelete, DatabaseAdmin):
     # -- forms: add and change go through configure_channel ----------------------------------
 
     def get_fieldsets(self, request: HttpRequest, obj: Channel | None = None) -> Any:
-        limits = ("plan", "max_concurrency", "release_interval_ms", "weight", "rate", "paused")
+        limits = ("plan", "max_concurrency", "release_interval_ms", "weight", "rate", "paused", "ordered")
         if obj is None:
             return [(None, {"fields": ("queue", "name", *limits)})]
         return [
@@ -370,6 +386,8 @@ class ChannelAdmin(NoBulkDelete, DatabaseAdmin):
             changes["paused"] = obj.paused
         if "weight" in fields:
             changes["weight"] = obj.weight
+        if "ordered" in fields:
+            changes["ordered"] = obj.ordered
         if "rate" in fields and "rate" in form.cleaned_data:
             changes["rate"] = form.cleaned_data["rate"]
         if change and not changes:
@@ -440,6 +458,24 @@ class ChannelAdmin(NoBulkDelete, DatabaseAdmin):
     @admin.action(description="Resume selected channels", permissions=["change"])
     def resume(self, request: HttpRequest, queryset: QuerySet[Channel]) -> None:
         self._set_paused(request, queryset, False)
+
+    @admin.action(
+        description="Skip the dead message that blocks selected ordered channels", permissions=["change"]
+    )
+    def skip_blocking(self, request: HttpRequest, queryset: QuerySet[Channel]) -> None:
+        """An ordered channel blocked by a dead message goes on with the messages after it (the
+        dead one stays in the dead letters, where it can still be requeued)."""
+        using = write_database(request, queryset)
+        skipped = []
+        for channel in queryset.order_by("pk"):
+            message_id = api.unblock_channel(channel.queue, channel.name, using=using)
+            if message_id is not None:
+                self.log_change(request, channel, f"Skipped dead message {message_id}")
+                skipped.append(f"{channel} (message {message_id})")
+        if skipped:
+            self.message_user(request, f"Unblocked {len(skipped)}: {', '.join(skipped)}.", messages.SUCCESS)
+        else:
+            self.message_user(request, "None of the selected channels was blocked.", messages.WARNING)
 
     @admin.action(description="Purge waiting messages of selected channels…", permissions=["purge"])
     def purge_messages(self, request: HttpRequest, queryset: QuerySet[Channel]) -> HttpResponse | None:

@@ -10,6 +10,7 @@ from django.utils import timezone
 from .. import statements
 from ..bounds import (
     MAX_CHANNEL_NAME,
+    MAX_EPOCH_MS,
     MAX_INTERVAL_MS,
     MAX_QUEUE_NAME,
     MAX_RATE_BURST,
@@ -98,6 +99,15 @@ class Channel(models.Model):
     own_max_concurrency = models.BooleanField(default=False)
     own_release_interval = models.BooleanField(default=False)
     own_rate = models.BooleanField(default=False)
+    ordered = models.BooleanField(
+        default=False, help_text="Strict order: one message at a time, in release order."
+    )
+    hold_until = models.BigIntegerField(
+        null=True, blank=True, help_text="An ordered channel releases nothing before this (ms)."
+    )
+    blocked_by = models.BigIntegerField(
+        null=True, blank=True, help_text="The dead message that blocks this ordered channel."
+    )
 
     def delete(self, using: str | None = None, keep_parents: bool = False) -> tuple[int, dict[str, int]]:
         """Through ``lonnymq_delete_channel_v1`` (see :func:`_delete_channels`); raises
@@ -169,6 +179,19 @@ class Channel(models.Model):
             models.CheckConstraint(
                 condition=Q(bucket_level__gte=0), name="lonnymq_channel_bucket_level_nonnegative"
             ),
+            models.CheckConstraint(
+                condition=Q(ordered=False) | Q(max_concurrency=1),
+                name="lonnymq_channel_ordered_one_at_a_time",
+                violation_error_message="An ordered channel runs one message at a time: max concurrency 1.",
+            ),
+            models.CheckConstraint(
+                condition=Q(hold_until__gte=0, hold_until__lte=MAX_EPOCH_MS),
+                name="lonnymq_channel_hold_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(blocked_by__isnull=True) | Q(hold_until__isnull=False),
+                name="lonnymq_channel_blocked_is_held",
+            ),
         ]
         indexes = [
             models.Index(
@@ -179,6 +202,11 @@ class Channel(models.Model):
             ),
             models.Index(
                 fields=["plan", "id"], name="lonnymq_channel_plan_idx", condition=Q(plan__isnull=False)
+            ),
+            models.Index(
+                fields=["queue", "name"],
+                name="lonnymq_channel_blocked_idx",
+                condition=Q(blocked_by__isnull=False),
             ),
         ]
 

@@ -43,6 +43,9 @@ class DeadMessage(models.Model):
     reason = models.CharField(max_length=20, choices=REASONS)
     last_error = models.TextField(null=True, blank=True)
     snoozes = models.IntegerField(default=0, help_text="Times a handler snoozed it (no attempt spent).")
+    cost = models.IntegerField(
+        default=1, help_text="Tokens of its channel's and queue's rate limits its release takes."
+    )
 
     class Meta:
         db_table = "lonnymq_dead_message"
@@ -50,6 +53,9 @@ class DeadMessage(models.Model):
         constraints = [
             models.CheckConstraint(
                 condition=Q(snoozes__gte=0), name="lonnymq_dead_message_snoozes_nonnegative"
+            ),
+            models.CheckConstraint(
+                condition=Q(cost__gte=1, cost__lte=1_000_000), name="lonnymq_dead_message_cost_range"
             ),
             models.CheckConstraint(
                 condition=Q(reason__in=["failed", "discarded", "lease_expired", "timeout", "cancelled"]),

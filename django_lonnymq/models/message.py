@@ -40,6 +40,9 @@ class Message(models.Model):
     cancel_requested = models.BooleanField(default=False)
     queue_slot = models.BooleanField(default=False, help_text="The lease took a slot of its queue's cap.")
     snoozes = models.IntegerField(default=0, help_text="Times a handler snoozed it (no attempt spent).")
+    cost = models.IntegerField(
+        default=1, help_text="Tokens of its channel's and queue's rate limits its release takes."
+    )
 
     class Meta:
         db_table = "lonnymq_message"
@@ -47,6 +50,9 @@ class Message(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(attempts__gte=0), name="lonnymq_message_attempts_nonnegative"),
             models.CheckConstraint(condition=Q(snoozes__gte=0), name="lonnymq_message_snoozes_nonnegative"),
+            models.CheckConstraint(
+                condition=Q(cost__gte=1, cost__lte=1_000_000), name="lonnymq_message_cost_range"
+            ),
             models.CheckConstraint(
                 condition=Q(dequeue_at__gte=0, dequeue_at__lte=MAX_EPOCH_MS),
                 name="lonnymq_message_dequeue_at_range",

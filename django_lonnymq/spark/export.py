@@ -98,6 +98,7 @@ def export(
     tolerance_ms: int = 50,
     max_payload_bytes: int = 1_000_000,
     on_duplicate: str = "skip",
+    cost: int = 1,
     on_progress: Callable[[ExportProgress], None] | None = None,
     progress_interval: float = 1.0,
     _fault: Fault | None = None,
@@ -120,11 +121,16 @@ def export(
       ``enqueue(on_duplicate=...)``: ``"skip"`` (default: nothing), ``"replace"`` or
       ``"update"`` (the key's waiting message takes the row's payload; a key whose message
       ran gets a new one, so a re-run is no longer a no-op).
+    - ``cost``: the tokens of the channel's and the queue's rate limits each message's
+      release takes, as in ``enqueue(cost=...)`` (1 to 1,000,000; more than a bucket's burst
+      is refused with the chunk that holds it).
 
     Keys stay in ``lonnymq_dedup`` for ``LONNYMQ_DEDUP_WINDOW`` (one day by default): re-runs
     within that window are safe. Raises :class:`ExportError` naming the column or the cause.
     """
     _check_arguments(queue, batch_size, export_id, max_attempts)
+    if isinstance(cost, bool) or not isinstance(cost, int) or not 1 <= cost <= 1_000_000:
+        raise ExportError(f"cost must be an integer between 1 and 1000000, got {cost!r}")
     if on_duplicate not in bounds.DEDUP_MODES:
         raise ExportError(f"on_duplicate must be skip, replace or update, got {on_duplicate!r}")
     if dsn is None:
@@ -151,6 +157,7 @@ def export(
         tolerance_ms=tolerance_ms,
         max_payload_bytes=max_payload_bytes,
         on_duplicate=on_duplicate,
+        cost=cost,
         columns=columns,
         progress_channel=progress_channel,
         fault=_fault,

@@ -5,16 +5,17 @@
 -- another role has created on the search path (tests/integration/test_search_path_attack.py).
 
 -- name: enqueue
-SELECT lonnymq_enqueue_v2(%(queue)s::text, %(channel)s::text, %(payload)s::jsonb, %(run_at_ms)s::bigint,
+SELECT lonnymq_enqueue_v3(%(queue)s::text, %(channel)s::text, %(payload)s::jsonb, %(run_at_ms)s::bigint,
                           %(delay_ms)s::bigint, %(priority)s::integer, %(dedup_key)s::text,
-                          %(on_duplicate)s::text, %(max_attempts)s::integer, %(priority_step_ms)s::bigint, %(tolerance_ms)s::bigint)
+                          %(on_duplicate)s::text, %(max_attempts)s::integer, %(priority_step_ms)s::bigint, %(tolerance_ms)s::bigint,
+                          %(cost)s::integer)
 
 -- name: enqueue_many
-SELECT lonnymq_enqueue_many_v2(%(queue)s::text, %(channels)s::text[], %(payloads)s::jsonb[],
+SELECT lonnymq_enqueue_many_v3(%(queue)s::text, %(channels)s::text[], %(payloads)s::jsonb[],
                                %(run_at_ms)s::bigint[], %(delay_ms)s::bigint[], %(priorities)s::integer[],
                                %(dedup_keys)s::text[], %(on_duplicate)s::text[], %(max_attempts)s::integer[],
                                %(default_max_attempts)s::integer, %(priority_step_ms)s::bigint,
-                               %(tolerance_ms)s::bigint)
+                               %(tolerance_ms)s::bigint, %(costs)s::integer[])
 
 -- name: enqueue_task
 -- A Django Task: its message and its result row (django_lonnymq.tasks).
@@ -36,9 +37,10 @@ SELECT (k.result).*, k.outcome
 -- enqueue, and the trace context of the recording span around it, in one statement (the
 -- first enqueue of a dedup key keeps its own context).
 WITH m AS MATERIALIZED (
-    SELECT lonnymq_enqueue_v2(%(queue)s::text, %(channel)s::text, %(payload)s::jsonb, %(run_at_ms)s::bigint,
+    SELECT lonnymq_enqueue_v3(%(queue)s::text, %(channel)s::text, %(payload)s::jsonb, %(run_at_ms)s::bigint,
                               %(delay_ms)s::bigint, %(priority)s::integer, %(dedup_key)s::text,
-                              %(on_duplicate)s::text, %(max_attempts)s::integer, %(priority_step_ms)s::bigint, %(tolerance_ms)s::bigint) AS id
+                              %(on_duplicate)s::text, %(max_attempts)s::integer, %(priority_step_ms)s::bigint, %(tolerance_ms)s::bigint,
+                              %(cost)s::integer) AS id
 ), t AS (
     INSERT INTO lonnymq_trace (message_id, context) SELECT m.id, %(context)s::jsonb FROM m
     ON CONFLICT (message_id) DO NOTHING
@@ -47,11 +49,11 @@ SELECT m.id FROM m
 
 -- name: enqueue_many_traced
 WITH m AS MATERIALIZED (
-    SELECT lonnymq_enqueue_many_v2(%(queue)s::text, %(channels)s::text[], %(payloads)s::jsonb[],
+    SELECT lonnymq_enqueue_many_v3(%(queue)s::text, %(channels)s::text[], %(payloads)s::jsonb[],
                                    %(run_at_ms)s::bigint[], %(delay_ms)s::bigint[], %(priorities)s::integer[],
                                    %(dedup_keys)s::text[], %(on_duplicate)s::text[], %(max_attempts)s::integer[],
                                    %(default_max_attempts)s::integer, %(priority_step_ms)s::bigint,
-                                   %(tolerance_ms)s::bigint) AS ids
+                                   %(tolerance_ms)s::bigint, %(costs)s::integer[]) AS ids
 ), t AS (
     INSERT INTO lonnymq_trace (message_id, context)
     SELECT i.id, %(context)s::jsonb FROM m CROSS JOIN LATERAL pg_catalog.unnest(m.ids) AS i(id)
@@ -481,4 +483,21 @@ SELECT r.message_id, r.channel, r.done, r.total, r.note, r.updated_at
          LIMIT %(walk)s::integer) r
  WHERE EXISTS (SELECT 1 FROM lonnymq_message m WHERE m.id = r.message_id AND m.lease_until IS NOT NULL)
  ORDER BY r.updated_at DESC
+ LIMIT %(limit)s::integer
+
+-- name: order_channel
+SELECT lonnymq_order_channel_v1(%(queue)s::text, %(channel)s::text, %(ordered)s::boolean)
+
+-- name: unblock_channel
+-- Skip the dead message that blocks an ordered channel (api.unblock_channel): its id, or NULL.
+SELECT lonnymq_unblock_channel_v1(%(queue)s::text, %(channel)s::text)
+
+-- name: blocked_channels
+-- A queue's ordered channels that a dead message blocks, with that message (api.blocked_channels,
+-- the admin), by channel name, along lonnymq_channel_blocked_idx.
+SELECT c.name, c.blocked_by, d.reason, d.last_error, d.died_at
+  FROM lonnymq_channel c
+  LEFT JOIN lonnymq_dead_message d ON d.id = c.blocked_by
+ WHERE c.queue = %(queue)s::text AND c.blocked_by IS NOT NULL
+ ORDER BY c.name
  LIMIT %(limit)s::integer

@@ -139,7 +139,19 @@ CREATE TABLE lonnymq_channel (
     own_max_concurrency boolean     NOT NULL DEFAULT false,
     own_release_interval boolean    NOT NULL DEFAULT false,
     own_rate            boolean     NOT NULL DEFAULT false,
-    CONSTRAINT lonnymq_channel_plan_fk FOREIGN KEY (plan_id) REFERENCES lonnymq_plan (id)
+    CONSTRAINT lonnymq_channel_plan_fk FOREIGN KEY (plan_id) REFERENCES lonnymq_plan (id),
+    -- Strict order (configure_channel(ordered=True), lonnymq_order_channel_v1): one message at
+    -- a time, in release order. A message of an ordered channel that waits for its retry (or a
+    -- snooze) keeps its place at the head and holds the channel until hold_until; a dead one
+    -- holds it until it is requeued or skipped (lonnymq_unblock_channel_v1), blocked_by naming
+    -- it. Every dequeue reads hold_until (nothing is released before it); it is NULL on every
+    -- channel that is not ordered, which is all a queue without ordered channels pays.
+    ordered             boolean     NOT NULL DEFAULT false,
+    hold_until          bigint      NULL,
+    blocked_by          bigint      NULL,
+    CONSTRAINT lonnymq_channel_ordered_one_at_a_time CHECK (NOT ordered OR max_concurrency = 1),
+    CONSTRAINT lonnymq_channel_hold_range CHECK (hold_until BETWEEN 0 AND 253402300799999),
+    CONSTRAINT lonnymq_channel_blocked_is_held CHECK (blocked_by IS NULL OR hold_until IS NOT NULL)
 ) WITH (
     -- Every release rewrites the row: leave room on the page and vacuum early.
     fillfactor = 50,
@@ -155,6 +167,9 @@ CREATE INDEX lonnymq_channel_eligible_idx ON lonnymq_channel (queue, next_dequeu
     WHERE next_dequeue_at IS NOT NULL
       AND NOT paused
       AND (max_concurrency IS NULL OR in_flight < max_concurrency);
+
+-- Ordered channels a dead message blocks, by queue (api.blocked_channels, the admin).
+CREATE INDEX lonnymq_channel_blocked_idx ON lonnymq_channel (queue, name) WHERE blocked_by IS NOT NULL;
 
 -- A plan's channels, in the order a plan change locks them.
 CREATE INDEX lonnymq_channel_plan_idx ON lonnymq_channel (plan_id, id) WHERE plan_id IS NOT NULL;
@@ -189,7 +204,10 @@ CREATE TABLE lonnymq_message (
     queue_slot    boolean     NOT NULL DEFAULT false,
     -- Times a handler put the message back with Snooze (lonnymq_snooze_v1): no attempt spent.
     snoozes       integer     NOT NULL DEFAULT 0,
+    -- Tokens of its channel's (and its queue's) token bucket a release takes (enqueue(cost=k)).
+    cost          integer     NOT NULL DEFAULT 1,
     CONSTRAINT lonnymq_message_attempts_nonnegative CHECK (attempts >= 0),
+    CONSTRAINT lonnymq_message_cost_range CHECK (cost BETWEEN 1 AND 1000000),
     CONSTRAINT lonnymq_message_snoozes_nonnegative CHECK (snoozes >= 0),
     -- 1970-01-01 to 9999-12-31: every release time is a date Python and the admin can show.
     CONSTRAINT lonnymq_message_dequeue_at_range CHECK (dequeue_at BETWEEN 0 AND 253402300799999),
@@ -282,7 +300,9 @@ CREATE TABLE lonnymq_dead_message (
     reason        text        NOT NULL,
     last_error    text        NULL,
     snoozes       integer     NOT NULL DEFAULT 0,
+    cost          integer     NOT NULL DEFAULT 1,
     CONSTRAINT lonnymq_dead_message_snoozes_nonnegative CHECK (snoozes >= 0),
+    CONSTRAINT lonnymq_dead_message_cost_range CHECK (cost BETWEEN 1 AND 1000000),
     CONSTRAINT lonnymq_dead_message_reason_known
         CHECK (reason IN ('failed', 'discarded', 'lease_expired', 'timeout', 'cancelled'))
 );
@@ -450,7 +470,7 @@ CREATE TABLE lonnymq_schedule (
     CONSTRAINT lonnymq_schedule_next_tick_range
         CHECK (next_tick_at IS NULL OR next_tick_at BETWEEN 0 AND 253402300799999),
     CONSTRAINT lonnymq_schedule_payload_size CHECK (pg_column_size(payload) <= 8388608),
-    -- No value deeper than level 100 (the root is level 0), as lonnymq_enqueue_v2 refuses.
+    -- No value deeper than level 100 (the root is level 0), as lonnymq_enqueue_v3 refuses.
     -- Not on lonnymq_message: a CHECK there would run at every lease update.
     CONSTRAINT lonnymq_schedule_payload_depth CHECK (NOT jsonb_path_exists(payload, 'strict $.**{101}'))
 ) WITH (
@@ -897,7 +917,7 @@ $$;
 -- READ the row lock itself fails (40001). The error is SQLSTATE 23503 naming
 -- lonnymq_message_channel_id_fkey, what the foreign key (dropped in 0036) raised: Python maps
 -- it to ChannelGone. The foreign key's own check and lock, without the index of every
--- message by channel that its other side needed. The single enqueues (lonnymq_enqueue_v2,
+-- message by channel that its other side needed. The single enqueues (lonnymq_enqueue_v3,
 -- lonnymq_enqueue_task_keyed_v1) write its lock out and call it only
 -- when the row is missing, to raise the error.
 CREATE FUNCTION lonnymq_hold_channels_v1(p_ids bigint[]) RETURNS void
@@ -917,8 +937,8 @@ END
 $$;
 
 -- A keyed enqueue in mode 'replace' or 'update' (or 'skip', for a batch that mixes modes on
--- its keys): the one place that rule lives, for lonnymq_enqueue_v2 and
--- lonnymq_enqueue_many_v2. The caller has checked the row, holds the channel's shared
+-- its keys): the one place that rule lives, for lonnymq_enqueue_v3 and
+-- lonnymq_enqueue_many_v3. The caller has checked the row, holds the channel's shared
 -- advisory lock and drew p_new_id for the row. The key's message is looked at as of now:
 -- - no key (or the key was pruned, cancelled or its enqueue rolled back): a new message;
 -- - 'skip': the key's message id, whatever became of that message (today's dedup);
@@ -933,7 +953,7 @@ $$;
 -- finds it leased. No lock is taken on a running message, so its ack never waits for a
 -- producer's transaction. Returns the message id and the release time to wake the channel
 -- for (NULL: none needed).
-CREATE FUNCTION lonnymq_enqueue_keyed_v1(
+CREATE FUNCTION lonnymq_enqueue_keyed_v2(
     p_channel_id    bigint,
     p_dedup_key     text,
     p_on_duplicate  text,
@@ -942,6 +962,7 @@ CREATE FUNCTION lonnymq_enqueue_keyed_v1(
     p_dequeue_at    bigint,
     p_priority      integer,
     p_max_attempts  integer,
+    p_cost          integer,
     OUT id          bigint,
     OUT wake_at     bigint
 )
@@ -956,8 +977,8 @@ BEGIN
         VALUES (p_channel_id, p_dedup_key, p_new_id)
         ON CONFLICT (channel_id, dedup_key) DO NOTHING;
         IF FOUND THEN
-            INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key)
-            VALUES (p_new_id, p_channel_id, p_payload, p_dequeue_at, p_priority, p_max_attempts, p_dedup_key);
+            INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key, cost)
+            VALUES (p_new_id, p_channel_id, p_payload, p_dequeue_at, p_priority, p_max_attempts, p_dedup_key, p_cost);
             id := p_new_id;
             wake_at := p_dequeue_at;
             RETURN;
@@ -977,7 +998,7 @@ BEGIN
         ELSIF p_on_duplicate = 'replace' THEN
             UPDATE lonnymq_message m
                SET payload = p_payload, dequeue_at = p_dequeue_at, priority = p_priority,
-                   max_attempts = p_max_attempts
+                   max_attempts = p_max_attempts, cost = p_cost
              WHERE m.id = v_held AND m.lease_until IS NULL;
             IF FOUND THEN
                 wake_at := p_dequeue_at;
@@ -991,8 +1012,8 @@ BEGIN
             END IF;
         END IF;
         -- Running or gone: one new waiting message, which the key names from now on.
-        INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key)
-        VALUES (p_new_id, p_channel_id, p_payload, p_dequeue_at, p_priority, p_max_attempts, p_dedup_key);
+        INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key, cost)
+        VALUES (p_new_id, p_channel_id, p_payload, p_dequeue_at, p_priority, p_max_attempts, p_dedup_key, p_cost);
         UPDATE lonnymq_dedup d SET message_id = p_new_id, created_at = pg_catalog.now()
          WHERE d.channel_id = p_channel_id AND d.dedup_key = p_dedup_key;
         id := p_new_id;
@@ -1004,12 +1025,51 @@ BEGIN
 END
 $$;
 
+-- A message that costs more than its channel's (or its queue's) token bucket can ever hold
+-- could never be released: refused (LQ001, field cost) before anything is written. Called
+-- only for costs above 1, so a queue that never uses costs pays nothing for it. A bucket
+-- configured smaller later releases such a message once the bucket is full (the dequeue
+-- charges at most the burst).
+CREATE FUNCTION lonnymq_check_costs_v1(p_queue text, p_channel_ids bigint[], p_costs integer[], p_batch boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_bad record;
+BEGIN
+    SELECT u.cost, u.ord, c.name, c.rate_burst AS burst, 'channel' AS kind INTO v_bad
+      FROM ROWS FROM (pg_catalog.unnest(p_channel_ids), pg_catalog.unnest(p_costs)) WITH ORDINALITY AS u(channel_id, cost, ord)
+      JOIN lonnymq_channel c ON c.id = u.channel_id
+     WHERE u.cost > 1 AND c.rate_burst IS NOT NULL AND u.cost > c.rate_burst
+     ORDER BY u.ord
+     LIMIT 1;
+    IF NOT FOUND THEN
+        SELECT u.cost, u.ord, p_queue AS name, qc.rate_burst AS burst, 'queue' AS kind INTO v_bad
+          FROM pg_catalog.unnest(p_costs) WITH ORDINALITY AS u(cost, ord)
+          JOIN lonnymq_queue_config qc ON qc.queue = p_queue
+         WHERE qc.rate_burst IS NOT NULL AND u.cost > qc.rate_burst
+         ORDER BY u.ord
+         LIMIT 1;
+    END IF;
+    IF v_bad.cost IS NOT NULL THEN
+        PERFORM lonnymq_raise_invalid_v1(CASE WHEN p_batch THEN pg_catalog.format('items[%s].cost', v_bad.ord - 1)
+                                              ELSE 'cost' END,
+            pg_catalog.format('must be at most the burst of %s %s''s token bucket (%s): a message that costs more could never be released',
+                              v_bad.kind, pg_catalog.quote_literal(v_bad.name), v_bad.burst),
+            v_bad.cost::text);
+    END IF;
+END
+$$;
+
 -- One message with a dedup mode (docs/flow-control.md): the one single enqueue (api.enqueue,
 -- a Django Task's message, a schedule's tick, a workflow's on_failure message). p_on_duplicate
 -- is 'skip' (the key's first message stands), 'replace' (debounce) or 'update' (throttle); see
--- lonnymq_enqueue_keyed_v1. A mode other than 'skip'
--- needs a dedup key. Returns the id of the message the enqueue created or changed.
-CREATE FUNCTION lonnymq_enqueue_v2(
+-- lonnymq_enqueue_keyed_v2. A mode other than 'skip'
+-- needs a dedup key. p_cost: the tokens of the channel's and the queue's token buckets its
+-- release takes (1 to 1,000,000; more than a bucket's burst is refused while the bucket
+-- exists). Returns the id of the message the enqueue created or changed.
+CREATE FUNCTION lonnymq_enqueue_v3(
     p_queue             text,
     p_channel           text,
     p_payload           jsonb,
@@ -1020,7 +1080,8 @@ CREATE FUNCTION lonnymq_enqueue_v2(
     p_on_duplicate      text    DEFAULT 'skip',
     p_max_attempts      integer DEFAULT 5,
     p_priority_step_ms  bigint  DEFAULT 1000,
-    p_tolerance_ms      bigint  DEFAULT 50
+    p_tolerance_ms      bigint  DEFAULT 50,
+    p_cost              integer DEFAULT 1
 ) RETURNS bigint
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -1052,6 +1113,9 @@ BEGIN
     IF p_tolerance_ms IS NULL OR p_tolerance_ms NOT BETWEEN 0 AND 86400000 THEN
         PERFORM lonnymq_check_range_v1('tolerance', p_tolerance_ms, 0::bigint, 86400000::bigint, false);
     END IF;
+    IF p_cost IS NULL OR p_cost NOT BETWEEN 1 AND 1000000 THEN
+        PERFORM lonnymq_raise_invalid_v1('cost', 'must be an integer from 1 to 1000000', coalesce(p_cost::text, 'null'));
+    END IF;
     v_dequeue_at := lonnymq_dequeue_at_v1(v_now, p_run_at_ms, p_delay_ms, p_priority, p_priority_step_ms);
     v_channel_id := lonnymq_channel_id_v1(p_queue, p_channel);
 
@@ -1063,6 +1127,9 @@ BEGIN
     PERFORM 1 FROM lonnymq_channel c WHERE c.id = v_channel_id FOR KEY SHARE;
     IF NOT FOUND THEN
         PERFORM lonnymq_hold_channels_v1(ARRAY[v_channel_id]);  -- gone: raises ChannelGone
+    END IF;
+    IF p_cost > 1 THEN
+        PERFORM lonnymq_check_costs_v1(p_queue, ARRAY[v_channel_id], ARRAY[p_cost], false);
     END IF;
 
     IF p_dedup_key IS NULL THEN
@@ -1083,17 +1150,17 @@ BEGIN
         END IF;
     ELSE
         SELECT k.id, k.wake_at INTO v_id, v_wake_at
-          FROM lonnymq_enqueue_keyed_v1(v_channel_id, p_dedup_key, p_on_duplicate,
+          FROM lonnymq_enqueue_keyed_v2(v_channel_id, p_dedup_key, p_on_duplicate,
                                         pg_catalog.nextval('lonnymq_message_id_seq'), p_payload,
-                                        v_dequeue_at, p_priority, p_max_attempts) k;
+                                        v_dequeue_at, p_priority, p_max_attempts, p_cost) k;
         IF v_wake_at IS NOT NULL THEN
             PERFORM lonnymq_mark_v1(p_queue, v_channel_id, v_wake_at, p_tolerance_ms);
         END IF;
         RETURN v_id;
     END IF;
 
-    INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key)
-    VALUES (v_id, v_channel_id, p_payload, v_dequeue_at, p_priority, p_max_attempts, p_dedup_key);
+    INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key, cost)
+    VALUES (v_id, v_channel_id, p_payload, v_dequeue_at, p_priority, p_max_attempts, p_dedup_key, p_cost);
 
     PERFORM lonnymq_mark_v1(p_queue, v_channel_id, v_dequeue_at, p_tolerance_ms);
     RETURN v_id;
@@ -1104,14 +1171,15 @@ $$;
 -- existing id where a dedup key repeats, also within the batch). NULL arrays mean "defaults
 -- for every row". Channels are created in name order and locked in id order, and dedup keys
 -- are claimed in (channel, key) order, so concurrent batches never deadlock, whatever their
--- row order. p_on_duplicate is each row's dedup mode ('skip', 'replace' or 'update'; a NULL
+-- row order. p_costs: each row's cost (NULL array or element: 1; see lonnymq_enqueue_v3).
+-- p_on_duplicate is each row's dedup mode ('skip', 'replace' or 'update'; a NULL
 -- array or element: 'skip'). A batch whose rows all skip runs as one set-based statement
 -- (lonnymq_enqueue_many_v1's, unchanged). A batch with a 'replace' or 'update' row
 -- inserts its keyless rows in that statement and applies its keyed rows through
--- lonnymq_enqueue_keyed_v1 one at a time, in (channel, key, input) order, each with the id
+-- lonnymq_enqueue_keyed_v2 one at a time, in (channel, key, input) order, each with the id
 -- drawn for it in input order: the rows of one key behave as that many enqueues in input
 -- order would, and every row gets the id of the message its enqueue created or changed.
-CREATE FUNCTION lonnymq_enqueue_many_v2(
+CREATE FUNCTION lonnymq_enqueue_many_v3(
     p_queue            text,
     p_channels         text[],
     p_payloads         jsonb[],
@@ -1123,7 +1191,8 @@ CREATE FUNCTION lonnymq_enqueue_many_v2(
     p_max_attempts     integer[] DEFAULT NULL,
     p_default_max_attempts integer DEFAULT 5,
     p_priority_step_ms bigint    DEFAULT 1000,
-    p_tolerance_ms     bigint    DEFAULT 50
+    p_tolerance_ms     bigint    DEFAULT 50,
+    p_costs            integer[] DEFAULT NULL
 ) RETURNS bigint[]
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -1151,6 +1220,7 @@ DECLARE
     v_k_ats          bigint[];
     v_k_priorities   integer[];
     v_k_attempts     integer[];
+    v_k_costs        integer[];
     v_k_wake_ids     bigint[] := ARRAY[]::bigint[];
     v_k_wake_ats     bigint[] := ARRAY[]::bigint[];
 BEGIN
@@ -1160,7 +1230,8 @@ BEGIN
        OR (p_priorities IS NOT NULL AND pg_catalog.cardinality(p_priorities) <> v_n)
        OR (p_dedup_keys IS NOT NULL AND pg_catalog.cardinality(p_dedup_keys) <> v_n)
        OR (p_on_duplicate IS NOT NULL AND pg_catalog.cardinality(p_on_duplicate) <> v_n)
-       OR (p_max_attempts IS NOT NULL AND pg_catalog.cardinality(p_max_attempts) <> v_n) THEN
+       OR (p_max_attempts IS NOT NULL AND pg_catalog.cardinality(p_max_attempts) <> v_n)
+       OR (p_costs IS NOT NULL AND pg_catalog.cardinality(p_costs) <> v_n) THEN
         PERFORM lonnymq_raise_invalid_v1('items', 'arrays must all have the same length', v_n::text);
     END IF;
     PERFORM lonnymq_check_list_v1('channels', pg_catalog.array_ndims(p_channels));
@@ -1171,6 +1242,7 @@ BEGIN
     PERFORM lonnymq_check_list_v1('dedup_keys', pg_catalog.array_ndims(p_dedup_keys));
     PERFORM lonnymq_check_list_v1('on_duplicate', pg_catalog.array_ndims(p_on_duplicate));
     PERFORM lonnymq_check_list_v1('max_attempts', pg_catalog.array_ndims(p_max_attempts));
+    PERFORM lonnymq_check_list_v1('costs', pg_catalog.array_ndims(p_costs));
     IF v_n = 0 THEN
         RETURN ARRAY[]::bigint[];
     END IF;
@@ -1203,6 +1275,7 @@ BEGIN
         OR u.run_at NOT BETWEEN 0 AND v_now + 3155760000000
         OR (u.run_at IS NOT NULL AND u.delay IS NOT NULL)
         OR (coalesce(u.priority, 0) > 0 AND coalesce(u.run_at, v_now + coalesce(u.delay, 0)) > v_now)
+        OR coalesce(p_costs[u.ord], 1) NOT BETWEEN 1 AND 1000000
      ORDER BY u.ord
      LIMIT 1;
     IF FOUND THEN
@@ -1227,6 +1300,9 @@ BEGIN
         ELSIF coalesce(v_bad.on_duplicate, 'skip') <> 'skip' AND v_bad.dedup_key IS NULL THEN
             PERFORM lonnymq_raise_invalid_v1(pg_catalog.format('items[%s].on_duplicate', v_bad.ord - 1),
                 'needs a dedup_key', pg_catalog.quote_literal(v_bad.on_duplicate));
+        ELSIF coalesce(p_costs[v_bad.ord], 1) NOT BETWEEN 1 AND 1000000 THEN
+            PERFORM lonnymq_raise_invalid_v1(pg_catalog.format('items[%s].cost', v_bad.ord - 1),
+                'must be an integer from 1 to 1000000', p_costs[v_bad.ord]::text);
         ELSE
             -- Priority, delay or run time: the same checks and errors as a single enqueue.
             PERFORM lonnymq_dequeue_at_v1(v_now, v_bad.run_at, v_bad.delay, coalesce(v_bad.priority, 0),
@@ -1259,6 +1335,16 @@ BEGIN
     END IF;
     PERFORM lonnymq_lock_channels_v1(v_channel_ids);
     PERFORM lonnymq_hold_channels_v1(v_channel_ids);
+    -- Costs above 1 only: a queue that never uses costs pays nothing for the check.
+    IF p_costs IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.unnest(p_costs) AS u(cost) WHERE u.cost > 1) THEN
+        PERFORM lonnymq_check_costs_v1(
+            p_queue,
+            (SELECT pg_catalog.array_agg(f.id ORDER BY u.ord)
+               FROM pg_catalog.unnest(p_channels) WITH ORDINALITY AS u(name, ord)
+               JOIN ROWS FROM (pg_catalog.unnest(v_channel_ids), pg_catalog.unnest(v_channel_names)) AS f(id, name)
+                 ON f.name = u.name),
+            p_costs, true);
+    END IF;
 
     -- One statement: stage the rows in memory with their ids drawn in input order (the sorted
     -- subquery), so a batch keeps FIFO within a channel; claim the dedup keys in (channel,
@@ -1272,7 +1358,7 @@ BEGIN
                            - coalesce(u.priority, 0)::bigint * p_priority_step_ms AS dequeue_at,
                        coalesce(u.priority, 0) AS priority, u.dedup_key,
                        coalesce(u.max_attempts, p_default_max_attempts) AS max_attempts,
-                       coalesce(u.on_duplicate, 'skip') AS on_duplicate
+                       coalesce(u.on_duplicate, 'skip') AS on_duplicate, coalesce(p_costs[u.ord], 1) AS cost
                   FROM ROWS FROM (pg_catalog.unnest(p_channels),
                                   pg_catalog.unnest(p_payloads),
                                   pg_catalog.unnest(coalesce(p_run_at_ms, pg_catalog.array_fill(NULL::bigint, ARRAY[v_n]))),
@@ -1293,8 +1379,8 @@ BEGIN
         ON CONFLICT (channel_id, dedup_key) DO NOTHING
         RETURNING message_id
     ), inserted AS (
-        INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key)
-        SELECT r.new_id, r.channel_id, r.payload, r.dequeue_at, r.priority, r.max_attempts, r.dedup_key
+        INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key, cost)
+        SELECT r.new_id, r.channel_id, r.payload, r.dequeue_at, r.priority, r.max_attempts, r.dedup_key, r.cost
           FROM rows r
          WHERE r.dedup_key IS NULL OR (NOT v_keyed AND r.new_id IN (SELECT c.message_id FROM claimed c))
         RETURNING id, channel_id, dequeue_at
@@ -1309,10 +1395,10 @@ BEGIN
            (SELECT pg_catalog.array_agg(i.id) FROM inserted i),
            (SELECT pg_catalog.array_agg(w.channel_id ORDER BY w.channel_id) FROM woken w),
            (SELECT pg_catalog.array_agg(w.at ORDER BY w.channel_id) FROM woken w),
-           k.ords, k.channels, k.keys, k.modes, k.new_ids, k.payloads, k.ats, k.priorities, k.attempts
+           k.ords, k.channels, k.keys, k.modes, k.new_ids, k.payloads, k.ats, k.priorities, k.attempts, k.costs
       INTO v_ids, v_row_channels, v_inserted_ids, v_wake_ids, v_wake_ats,
            v_k_ords, v_k_channels, v_k_keys, v_k_modes, v_k_new_ids, v_k_payloads, v_k_ats, v_k_priorities,
-           v_k_attempts
+           v_k_attempts, v_k_costs
       FROM (SELECT pg_catalog.array_agg(k.ord ORDER BY k.channel_id, k.dedup_key, k.ord) AS ords,
                    pg_catalog.array_agg(k.channel_id ORDER BY k.channel_id, k.dedup_key, k.ord) AS channels,
                    pg_catalog.array_agg(k.dedup_key ORDER BY k.channel_id, k.dedup_key, k.ord) AS keys,
@@ -1321,7 +1407,8 @@ BEGIN
                    pg_catalog.array_agg(k.payload ORDER BY k.channel_id, k.dedup_key, k.ord) AS payloads,
                    pg_catalog.array_agg(k.dequeue_at ORDER BY k.channel_id, k.dedup_key, k.ord) AS ats,
                    pg_catalog.array_agg(k.priority ORDER BY k.channel_id, k.dedup_key, k.ord) AS priorities,
-                   pg_catalog.array_agg(k.max_attempts ORDER BY k.channel_id, k.dedup_key, k.ord) AS attempts
+                   pg_catalog.array_agg(k.max_attempts ORDER BY k.channel_id, k.dedup_key, k.ord) AS attempts,
+                   pg_catalog.array_agg(k.cost ORDER BY k.channel_id, k.dedup_key, k.ord) AS costs
               FROM keyed k) k;
 
     -- A batch with modes: its keyed rows one at a time, in (channel, key, input) order, so
@@ -1330,8 +1417,9 @@ BEGIN
     IF v_k_ords IS NOT NULL THEN
         FOR i IN 1 .. pg_catalog.cardinality(v_k_ords) LOOP
             SELECT k.id, k.wake_at INTO v_got
-              FROM lonnymq_enqueue_keyed_v1(v_k_channels[i], v_k_keys[i], v_k_modes[i], v_k_new_ids[i],
-                                            v_k_payloads[i], v_k_ats[i], v_k_priorities[i], v_k_attempts[i]) k;
+              FROM lonnymq_enqueue_keyed_v2(v_k_channels[i], v_k_keys[i], v_k_modes[i], v_k_new_ids[i],
+                                            v_k_payloads[i], v_k_ats[i], v_k_priorities[i], v_k_attempts[i],
+                                            v_k_costs[i]) k;
             v_ids[v_k_ords[i]::integer] := v_got.id;
             IF v_got.wake_at IS NOT NULL THEN
                 v_k_wake_ids := pg_catalog.array_append(v_k_wake_ids, v_k_channels[i]);
@@ -1417,8 +1505,8 @@ BEGIN
         PERFORM lonnymq_raise_invalid_v1('enqueued_at', 'must not be null', NULL);
     END IF;
 
-    v_id := lonnymq_enqueue_v2(p_queue, p_channel, p_payload, p_run_at_ms, NULL::bigint, p_priority, NULL::text,
-                               'skip'::text, p_max_attempts, p_priority_step_ms, p_tolerance_ms);
+    v_id := lonnymq_enqueue_v3(p_queue, p_channel, p_payload, p_run_at_ms, NULL::bigint, p_priority, NULL::text,
+                               'skip'::text, p_max_attempts, p_priority_step_ms, p_tolerance_ms, 1);
     INSERT INTO lonnymq_task_result (id, backend, task_path, queue, channel, message_id, status, args, kwargs,
                                      priority, run_after, enqueued_at)
     VALUES (p_payload OPERATOR(pg_catalog.->>) 'result_id'::text, p_payload OPERATOR(pg_catalog.->>) 'backend'::text,
@@ -1430,7 +1518,7 @@ END
 $$;
 
 -- A Django Task with a dedup key (django_lonnymq.tasks.dedup; docs/tasks.md): the rule of
--- lonnymq_enqueue_keyed_v1 for the key's message, and one result row per message. The
+-- lonnymq_enqueue_keyed_v2 for the key's message, and one result row per message. The
 -- key's row is locked first (FOR UPDATE, in 'replace' and 'update'), so the result read
 -- beside it is that of the message the key names until this transaction ends:
 -- - a new message (no key yet, or the key's message is running or finished in 'replace'
@@ -1520,7 +1608,7 @@ BEGIN
     v_new_id := pg_catalog.nextval('lonnymq_message_id_seq');
 
     IF p_on_duplicate <> 'skip' THEN
-        -- The key's row, locked (lonnymq_enqueue_keyed_v1 then finds it held by this
+        -- The key's row, locked (lonnymq_enqueue_keyed_v2 then finds it held by this
         -- transaction): its message, and so the result read here, cannot change meanwhile.
         -- A key another producer has just written is not seen here (not yet committed); the
         -- result of the message changed is then looked up once the key's row is held, below.
@@ -1534,8 +1622,8 @@ BEGIN
     END IF;
 
     SELECT k.id, k.wake_at INTO v_id, v_wake_at
-      FROM lonnymq_enqueue_keyed_v1(v_channel_id, p_dedup_key, p_on_duplicate, v_new_id, v_payload,
-                                    v_dequeue_at, p_priority, p_max_attempts) k;
+      FROM lonnymq_enqueue_keyed_v2(v_channel_id, p_dedup_key, p_on_duplicate, v_new_id, v_payload,
+                                    v_dequeue_at, p_priority, p_max_attempts, 1) k;
     IF v_wake_at IS NOT NULL THEN
         PERFORM lonnymq_mark_v1(p_queue, v_channel_id, v_wake_at, p_tolerance_ms);
     END IF;
@@ -1826,6 +1914,16 @@ DECLARE
     v_q_known     boolean := false;
     v_q_level     bigint;
     v_q_leased    integer;
+    v_bursts      integer[];
+    v_tokens      bigint[];
+    v_msg_costs   bigint[];
+    v_next_spent  bigint[];
+    v_head_costs  integer[];
+    v_keep        integer;
+    v_q_spent     bigint;
+    v_q_need      bigint := 1;
+    v_need        bigint;
+    v_holds       bigint[];
 BEGIN
     IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'dequeue needs READ COMMITTED, the session runs %', pg_catalog.current_setting('transaction_isolation')
@@ -1896,14 +1994,18 @@ BEGIN
                pg_catalog.array_agg(p.weight),
                pg_catalog.array_agg(p.round_used),
                pg_catalog.array_agg(p.level),
+               pg_catalog.array_agg(p.rate_burst),
+               pg_catalog.array_agg(p.level / p.rate_period_ms),
                pg_catalog.sum(p.weight - p.round_used), pg_catalog.sum(p.weight)
-          INTO v_ch_ids, v_ch_names, v_quotas, v_limited, v_weights, v_used, v_levels,
+          INTO v_ch_ids, v_ch_names, v_quotas, v_limited, v_weights, v_used, v_levels, v_bursts, v_tokens,
                v_rounds_first, v_weight_sum
           FROM (
             SELECT c.id, c.name, c.next_dequeue_at, c.turn, c.max_concurrency, c.weight, c.round_used,
-                   c.rate_period_ms,
-                   -- NULL: no limit but the batch.
-                   CASE WHEN c.release_interval_ms > 0 THEN 1
+                   c.rate_period_ms, c.rate_burst,
+                   -- NULL: no limit but the batch. An ordered channel held for a retry or a
+                   -- dead message releases nothing (its next turn waits for hold_until).
+                   CASE WHEN c.hold_until > v_now THEN 0
+                        WHEN c.release_interval_ms > 0 THEN 1
                         WHEN c.max_concurrency IS NOT NULL THEN c.max_concurrency - c.in_flight END AS room,
                    CASE WHEN c.rate_count IS NULL THEN NULL
                         WHEN c.bucket_level IS NULL OR c.last_dequeue_at IS NULL
@@ -1952,36 +2054,65 @@ BEGIN
     --    1: ceil(batch / channels) each, as a plain round robin), capped by the room. Then
     --    the batch is cut in round-robin order (round, pick order, rank), the order the
     --    aggregates read the subquery in.
+    --    A channel with a token bucket takes messages in order while their costs fit its
+    --    tokens (tokens: level / rate_period_ms), each charged at most the bucket's burst, so
+    --    a message that costs more than a smaller bucket holds goes once the bucket is full;
+    --    a cheaper message never passes a dearer one. Without a bucket the costs are unread.
     v_rounds := pg_catalog.ceil(greatest(v_batch - v_rounds_first, 0)::numeric / v_weight_sum::numeric)::bigint;
-    SELECT pg_catalog.array_agg(x.id), pg_catalog.array_agg(x.ord), pg_catalog.array_agg(x.rnd)
-      INTO v_msg_ids, v_msg_ords, v_msg_rounds
+    SELECT pg_catalog.array_agg(x.id), pg_catalog.array_agg(x.ord), pg_catalog.array_agg(x.rnd),
+           pg_catalog.array_agg(x.cost)
+      INTO v_msg_ids, v_msg_ords, v_msg_rounds, v_msg_costs
       FROM (
-        SELECT m.id, m.rank, p.ord, (p.used + m.rank - 1) / p.weight AS rnd
+        SELECT m.id, m.rank, p.ord, (p.used + m.rank - 1) / p.weight AS rnd, m.cost
           FROM ROWS FROM (pg_catalog.unnest(v_ch_ids), pg_catalog.unnest(v_quotas),
-                          pg_catalog.unnest(v_weights), pg_catalog.unnest(v_used))
-               WITH ORDINALITY AS p(channel_id, room, weight, used, ord)
+                          pg_catalog.unnest(v_weights), pg_catalog.unnest(v_used),
+                          pg_catalog.unnest(v_tokens), pg_catalog.unnest(v_bursts))
+               WITH ORDINALITY AS p(channel_id, room, weight, used, tokens, burst, ord)
           CROSS JOIN LATERAL (
-              SELECT q.id, pg_catalog.row_number() OVER (ORDER BY q.dequeue_at, q.id) AS rank
-                FROM (SELECT mm.id, mm.dequeue_at
-                        FROM lonnymq_message mm
-                       WHERE mm.channel_id = p.channel_id
-                         AND mm.lease_until IS NULL
-                         AND mm.dequeue_at <= v_now
-                       ORDER BY mm.dequeue_at, mm.id
-                       LIMIT least(p.room::bigint, (p.weight - p.used)::bigint + v_rounds * p.weight::bigint,
-                                   v_batch::bigint)
-                         FOR UPDATE OF mm SKIP LOCKED) q
+              SELECT r.id, r.rank, r.cost
+                FROM (SELECT q.id, q.cost, pg_catalog.row_number() OVER w AS rank,
+                             pg_catalog.sum(q.cost) OVER w AS spent
+                        FROM (SELECT mm.id, mm.dequeue_at, least(mm.cost, coalesce(p.burst, mm.cost))::bigint AS cost
+                                FROM lonnymq_message mm
+                               WHERE mm.channel_id = p.channel_id
+                                 AND mm.lease_until IS NULL
+                                 AND mm.dequeue_at <= v_now
+                               ORDER BY mm.dequeue_at, mm.id
+                               LIMIT least(p.room::bigint, (p.weight - p.used)::bigint + v_rounds * p.weight::bigint,
+                                           v_batch::bigint)
+                                 FOR UPDATE OF mm SKIP LOCKED) q
+                      WINDOW w AS (ORDER BY q.dequeue_at, q.id)) r
+               WHERE p.tokens IS NULL OR r.spent <= p.tokens
           ) m
          ORDER BY 4, p.ord, m.rank
       ) x;
-    -- Cut to the batch. The channels whose round the cut interrupted are owed the rest of
-    -- it: they keep their place in the rotation (step 4).
-    IF pg_catalog.cardinality(v_msg_ids) > v_batch THEN
+    -- Cut to the batch, and to what a queue-wide bucket's tokens pay for (in round-robin
+    -- order, each message charged at most the queue's burst). The channels whose round the
+    -- cut interrupted are owed the rest of it: they keep their place in the rotation (step 4).
+    v_keep := least(coalesce(pg_catalog.cardinality(v_msg_ids), 0), v_batch);
+    IF v_qc.rate_count IS NOT NULL AND v_keep > 0 THEN
+        -- v_q_need: the tokens the first message left out needs (the queue's next token waits for them).
+        SELECT pg_catalog.count(*) FILTER (WHERE s.spent <= v_q_level / v_qc.rate_period_ms),
+               coalesce((pg_catalog.array_agg(s.cost ORDER BY s.pos)
+                             FILTER (WHERE s.spent > v_q_level / v_qc.rate_period_ms))[1], 1)
+          INTO v_keep, v_q_need
+          FROM (SELECT least(u.cost, v_qc.rate_burst::bigint) AS cost, u.pos,
+                       pg_catalog.sum(least(u.cost, v_qc.rate_burst::bigint)) OVER (ORDER BY u.pos) AS spent
+                  FROM pg_catalog.unnest(v_msg_costs[1:v_keep]) WITH ORDINALITY AS u(cost, pos)) s;
+        IF v_keep = 0 THEN
+            -- Not one message fits the queue's tokens: its next token waits for the first one's cost.
+            UPDATE lonnymq_queue_config qc
+               SET next_token_at = v_now + (v_q_need * qc.rate_period_ms - v_q_level + qc.rate_count - 1) / qc.rate_count
+             WHERE qc.queue = p_queue;
+        END IF;
+    END IF;
+    IF coalesce(pg_catalog.cardinality(v_msg_ids), 0) > v_keep THEN
         SELECT pg_catalog.array_agg(DISTINCT o.ord) INTO v_cut_owed
           FROM ROWS FROM (pg_catalog.unnest(v_msg_ords), pg_catalog.unnest(v_msg_rounds)) WITH ORDINALITY AS o(ord, rnd, pos)
-         WHERE o.pos > v_batch AND o.rnd = v_msg_rounds[v_batch];
-        v_msg_ids := v_msg_ids[1:v_batch];
-        v_msg_ords := v_msg_ords[1:v_batch];
+         WHERE o.pos > v_keep AND (v_keep = 0 OR o.rnd = v_msg_rounds[v_keep]);
+        v_msg_ids := CASE WHEN v_keep > 0 THEN v_msg_ids[1:v_keep] END;
+        v_msg_ords := CASE WHEN v_keep > 0 THEN v_msg_ords[1:v_keep] END;
+        v_msg_costs := CASE WHEN v_keep > 0 THEN v_msg_costs[1:v_keep] END;
     END IF;
 
     -- 3. Lease them (matched by id array: a join here is planned as a full scan), and add
@@ -2008,14 +2139,17 @@ BEGIN
         -- The queue's counters, in the row this call has held since step 0.
         IF v_qc.queue IS NOT NULL THEN
             v_q_leased := pg_catalog.cardinality(v_msg_ids);
-            v_q_level := v_q_level - v_q_leased::bigint * v_qc.rate_period_ms;
+            SELECT pg_catalog.sum(least(u.cost, coalesce(v_qc.rate_burst, 1000000)::bigint)) INTO v_q_spent
+              FROM pg_catalog.unnest(v_msg_costs) AS u(cost);
+            v_q_level := v_q_level - v_q_spent * v_qc.rate_period_ms;
             UPDATE lonnymq_queue_config qc
                SET in_flight = qc.in_flight + CASE WHEN qc.max_concurrency IS NOT NULL THEN v_q_leased ELSE 0 END,
                    bucket_level = v_q_level,
                    last_release_at = v_now,
                    next_token_at = CASE WHEN v_q_level IS NULL THEN NULL
-                                        WHEN v_q_level >= qc.rate_period_ms THEN v_now
-                                        ELSE v_now + (qc.rate_period_ms - v_q_level + qc.rate_count - 1) / qc.rate_count END
+                                        WHEN v_q_level >= v_q_need * qc.rate_period_ms THEN v_now
+                                        ELSE v_now + (v_q_need * qc.rate_period_ms - v_q_level + qc.rate_count - 1)
+                                                     / qc.rate_count END
              WHERE qc.queue = p_queue;
         END IF;
     END IF;
@@ -2028,18 +2162,25 @@ BEGIN
     SELECT pg_catalog.array_agg(n.channel_id), pg_catalog.array_agg(n.head), pg_catalog.array_agg(n.last_floor),
            pg_catalog.array_agg(n.leased), pg_catalog.array_agg(n.release_interval_ms),
            pg_catalog.array_agg(n.next_token_at), pg_catalog.array_agg(n.rate_count),
-           pg_catalog.array_agg(n.rate_period_ms)
-      INTO v_next_ids, v_next_at, v_next_last, v_next_leased, v_intervals, v_next_token, v_rate_n, v_rate_period
+           pg_catalog.array_agg(n.rate_period_ms), pg_catalog.array_agg(n.spent), pg_catalog.array_agg(n.head_cost),
+           pg_catalog.array_agg(n.hold_until)
+      INTO v_next_ids, v_next_at, v_next_last, v_next_leased, v_intervals, v_next_token, v_rate_n, v_rate_period,
+           v_next_spent, v_head_costs, v_holds
       FROM (
         SELECT p.channel_id, h.dequeue_at AS head, c.last_dequeue_at + c.release_interval_ms AS last_floor,
                coalesce(pg_catalog.cardinality(pg_catalog.array_positions(v_msg_ords, p.ord)), 0) AS leased,
-               c.release_interval_ms, c.next_token_at, c.rate_count, c.rate_period_ms
+               c.release_interval_ms, c.next_token_at, c.rate_count, c.rate_period_ms,
+               -- The tokens its leases took (a bucket's channel only), and its next head's cost.
+               CASE WHEN c.rate_count IS NOT NULL
+                    THEN (SELECT coalesce(pg_catalog.sum(v_msg_costs[k.at]), 0)
+                            FROM pg_catalog.unnest(pg_catalog.array_positions(v_msg_ords, p.ord)) AS k(at)) END AS spent,
+               h.cost AS head_cost, c.hold_until
           FROM pg_catalog.unnest(v_ch_ids) WITH ORDINALITY AS p(channel_id, ord)
           -- "= ANY" gives the planner an index path (a plain join to unnest() is planned as a
           -- hash join over a sequential scan of every channel).
           JOIN lonnymq_channel c ON c.id = p.channel_id AND c.id = ANY (v_ch_ids)
           LEFT JOIN LATERAL (
-              SELECT mm.dequeue_at FROM lonnymq_message mm
+              SELECT mm.dequeue_at, mm.cost FROM lonnymq_message mm
                WHERE mm.channel_id = p.channel_id AND mm.lease_until IS NULL
                ORDER BY mm.dequeue_at, mm.id LIMIT 1
           ) h ON true
@@ -2049,20 +2190,25 @@ BEGIN
     v_next_level := v_levels;
 
     FOR i IN 1 .. v_n LOOP
-        -- A token bucket that released: its fill after these releases, and when its next
-        -- token is due (the channel's next turn is no earlier).
-        IF v_levels[i] IS NOT NULL AND v_next_leased[i] > 0 THEN
-            v_level := v_levels[i] - v_next_leased[i]::bigint * v_rate_period[i];
-            v_next_level[i] := v_level;
-            v_next_token[i] := CASE WHEN v_level >= v_rate_period[i] THEN v_now
-                                    ELSE v_now + (v_rate_period[i] - v_level + v_rate_n[i] - 1) / v_rate_n[i] END;
+        -- A token bucket that released: its fill after these releases. When it released, or
+        -- when its tokens do not pay for its next head's cost, its next token is due when
+        -- they do (the channel's next turn is no earlier): a message that costs 10 waits
+        -- for 10 tokens, not 1.
+        IF v_levels[i] IS NOT NULL THEN
+            v_level := v_levels[i] - v_next_spent[i] * v_rate_period[i];
+            v_need := least(coalesce(v_head_costs[i], 1), v_bursts[i])::bigint * v_rate_period[i];
+            IF v_next_leased[i] > 0 OR v_level < v_need THEN
+                v_next_level[i] := v_level;
+                v_next_token[i] := CASE WHEN v_level >= v_need THEN v_now
+                                        ELSE v_now + (v_need - v_level + v_rate_n[i] - 1) / v_rate_n[i] END;
+            END IF;
         END IF;
         IF v_next_leased[i] > 0 THEN
             v_floor := v_now + v_intervals[i];
         ELSE
             v_floor := greatest(v_now, coalesce(v_next_last[i], v_now));
         END IF;
-        v_floor := greatest(v_floor, v_next_token[i]);
+        v_floor := greatest(v_floor, v_next_token[i], v_holds[i]);
         v_head := v_next_at[i];
         IF (v_cut_owed IS NOT NULL OR v_weight_sum > v_n) AND v_head <= v_now AND v_floor <= v_now
            AND (v_quotas[i] IS NULL OR v_next_leased[i] < v_quotas[i])
@@ -2103,7 +2249,7 @@ BEGIN
            released_total = c.released_total + u.leased,
            in_flight = c.in_flight + CASE WHEN c.max_concurrency IS NOT NULL THEN u.leased ELSE 0 END,
            bucket_level = CASE WHEN u.leased > 0 THEN u.level ELSE c.bucket_level END,
-           next_token_at = CASE WHEN u.leased > 0 THEN u.token_at ELSE c.next_token_at END
+           next_token_at = u.token_at
       FROM ROWS FROM (pg_catalog.unnest(v_next_ids), pg_catalog.unnest(v_next_at), pg_catalog.unnest(v_next_leased),
                       pg_catalog.unnest(v_owed), pg_catalog.unnest(v_next_level), pg_catalog.unnest(v_next_token))
            WITH ORDINALITY AS u(channel_id, next_at, leased, owed, level, token_at, ord)
@@ -2271,23 +2417,37 @@ DECLARE
     v_slots bigint[];
     v_queue_slots bigint[];
     v_n integer;
+    v_channels bigint[];
+    v_dead bigint[];
 BEGIN
     WITH gone AS (
         DELETE FROM lonnymq_message m WHERE m.id = ANY (p_ids)
         RETURNING m.*
     ), dead AS (
         INSERT INTO lonnymq_dead_message (id, channel_id, queue, channel, payload, priority, attempts,
-                                          max_attempts, dedup_key, enqueued_at, reason, last_error, snoozes)
+                                          max_attempts, dedup_key, enqueued_at, reason, last_error, snoozes, cost)
         SELECT g.id, g.channel_id, c.queue, c.name, g.payload, g.priority, g.attempts, g.max_attempts,
                g.dedup_key, g.enqueued_at,
                CASE WHEN g.cancel_requested AND p_reason <> 'discarded' THEN 'cancelled' ELSE p_reason END,
-               coalesce(p_error, g.last_error), g.snoozes
+               coalesce(p_error, g.last_error), g.snoozes, g.cost
           FROM gone g JOIN lonnymq_channel c ON c.id = g.channel_id
         RETURNING 1
     )
     SELECT pg_catalog.array_agg(g.channel_id) FILTER (WHERE g.slot_taken),
-           pg_catalog.array_agg(g.channel_id) FILTER (WHERE g.queue_slot), (SELECT pg_catalog.count(*) FROM dead)
-      INTO v_slots, v_queue_slots, v_n FROM gone g;
+           pg_catalog.array_agg(g.channel_id) FILTER (WHERE g.queue_slot), (SELECT pg_catalog.count(*) FROM dead),
+           pg_catalog.array_agg(g.channel_id ORDER BY g.id), pg_catalog.array_agg(g.id ORDER BY g.id)
+      INTO v_slots, v_queue_slots, v_n, v_channels, v_dead FROM gone g;
+    -- Strict order: a dead message blocks its ordered channel (the first one to die names
+    -- it) until it is requeued or skipped. The channel rows are locked in id order first.
+    IF EXISTS (SELECT 1 FROM lonnymq_channel c WHERE c.id = ANY (v_channels) AND c.ordered) THEN
+        PERFORM 1 FROM lonnymq_channel c WHERE c.id = ANY (v_channels) ORDER BY c.id FOR NO KEY UPDATE;
+        UPDATE lonnymq_channel c
+           SET hold_until = 253402300799999, blocked_by = coalesce(c.blocked_by, b.id)
+          FROM (SELECT u.channel_id, pg_catalog.min(u.id) AS id
+                  FROM ROWS FROM (pg_catalog.unnest(v_channels), pg_catalog.unnest(v_dead)) AS u(channel_id, id)
+                 GROUP BY u.channel_id) b
+         WHERE c.id = b.channel_id AND c.id = ANY (v_channels) AND c.ordered;
+    END IF;
     IF v_slots IS NOT NULL THEN
         PERFORM lonnymq_give_back_slots_v1(v_slots);
     END IF;
@@ -2301,6 +2461,8 @@ $$;
 -- Put locked, leased messages back as ready at their new dequeue_at, give their slots back
 -- and wake their channels (taking each channel's shared advisory lock, like an enqueue).
 -- A message someone asked to cancel is buried as 'cancelled' instead: it never runs again.
+-- A message of an ordered channel keeps its place (its dequeue_at) and holds its channel
+-- until the new time instead (hold_until), so nothing after it runs meanwhile.
 CREATE FUNCTION lonnymq_unlease_v1(
     p_ids bigint[], p_dequeue_ats bigint[], p_error text, p_uncount boolean, p_tolerance_ms bigint
 ) RETURNS void
@@ -2314,12 +2476,14 @@ DECLARE
     v_queue_slots bigint[];
     v_cancelled bigint[];
     v_ch        record;
+    v_ordered   bigint[];
 BEGIN
     -- Lock every channel row this call may touch, in id order, before touching any: giving
     -- slots back and waking channels must not take them in two different orders.
-    PERFORM 1 FROM lonnymq_channel c
-      WHERE c.id IN (SELECT m.channel_id FROM lonnymq_message m WHERE m.id = ANY (p_ids))
-      ORDER BY c.id FOR NO KEY UPDATE;
+    SELECT pg_catalog.array_agg(l.id) FILTER (WHERE l.ordered) INTO v_ordered
+      FROM (SELECT c.id, c.ordered FROM lonnymq_channel c
+             WHERE c.id IN (SELECT m.channel_id FROM lonnymq_message m WHERE m.id = ANY (p_ids))
+             ORDER BY c.id FOR NO KEY UPDATE) l;
     SELECT pg_catalog.array_agg(m.id) INTO v_cancelled
       FROM lonnymq_message m WHERE m.id = ANY (p_ids) AND m.cancel_requested;
     IF v_cancelled IS NOT NULL THEN
@@ -2328,9 +2492,22 @@ BEGIN
     SELECT pg_catalog.array_agg(m.channel_id) FILTER (WHERE m.slot_taken),
            pg_catalog.array_agg(m.channel_id) FILTER (WHERE m.queue_slot) INTO v_slots, v_queue_slots
       FROM lonnymq_message m WHERE m.id = ANY (p_ids);
+    IF v_ordered IS NOT NULL THEN
+        -- Strict order: the channel waits until the latest new time of its messages here
+        -- (a release's own time, which is past, holds nothing), and they keep their place.
+        UPDATE lonnymq_channel c
+           SET hold_until = CASE WHEN h.until > lonnymq_now_ms_v1() THEN h.until END
+          FROM (SELECT m.channel_id, pg_catalog.max(u.dequeue_at) AS until
+                  FROM ROWS FROM (pg_catalog.unnest(p_ids), pg_catalog.unnest(p_dequeue_ats)) AS u(id, dequeue_at)
+                  JOIN lonnymq_message m ON m.id = u.id AND m.id = ANY (p_ids)
+                 WHERE m.channel_id = ANY (v_ordered) AND m.lease_until IS NOT NULL
+                 GROUP BY m.channel_id) h
+         WHERE c.id = h.channel_id AND c.blocked_by IS NULL;
+    END IF;
     UPDATE lonnymq_message m
        SET lease_until = NULL, lease_token = NULL, leased_by = NULL, slot_taken = false, queue_slot = false,
-           dequeue_at = u.dequeue_at,
+           dequeue_at = CASE WHEN v_ordered IS NOT NULL AND m.channel_id = ANY (v_ordered)
+                             THEN least(m.dequeue_at, u.dequeue_at) ELSE u.dequeue_at END,
            attempts = CASE WHEN p_uncount THEN greatest(m.attempts - 1, 0) ELSE m.attempts END,
            last_error = coalesce(p_error, m.last_error)
       FROM ROWS FROM (pg_catalog.unnest(p_ids), pg_catalog.unnest(p_dequeue_ats)) AS u(id, dequeue_at)
@@ -2339,7 +2516,8 @@ BEGIN
         PERFORM lonnymq_give_back_slots_v1(v_slots);
     END IF;
     FOR v_ch IN
-        SELECT m.channel_id, pg_catalog.min(m.dequeue_at) AS dequeue_at, pg_catalog.min(c.queue) AS queue
+        SELECT m.channel_id, greatest(pg_catalog.min(m.dequeue_at), pg_catalog.max(c.hold_until)) AS dequeue_at,
+               pg_catalog.min(c.queue) AS queue
           FROM lonnymq_message m JOIN lonnymq_channel c ON c.id = m.channel_id
          WHERE m.id = ANY (p_ids)
          GROUP BY m.channel_id ORDER BY m.channel_id
@@ -2604,6 +2782,7 @@ DECLARE
     v_ids bigint[] := ARRAY[]::bigint[];
     v_channel_id bigint;
     v_locked bigint[];
+    v_at bigint;
 BEGIN
     PERFORM lonnymq_check_list_v1('ids', pg_catalog.array_ndims(p_ids));
     PERFORM lonnymq_check_range_v1('tolerance', p_tolerance_ms, 0::bigint, 86400000::bigint, false);
@@ -2642,16 +2821,27 @@ BEGIN
         END IF;
         -- Held already, unless it was deleted after the lock above and created again since.
         PERFORM lonnymq_hold_channels_v1(ARRAY[v_channel_id]);
+        -- Ready now; in an ordered channel, back at the head (no later than its first waiting
+        -- message: the tie goes to the lower id, this one's), and a channel it blocked is free.
+        v_at := v_now;
+        IF EXISTS (SELECT 1 FROM lonnymq_channel c WHERE c.id = v_channel_id AND c.ordered) THEN
+            SELECT least(v_now, coalesce(pg_catalog.min(h.dequeue_at), v_now)) INTO v_at
+              FROM (SELECT mm.dequeue_at FROM lonnymq_message mm
+                     WHERE mm.channel_id = v_channel_id AND mm.lease_until IS NULL
+                     ORDER BY mm.dequeue_at, mm.id LIMIT 1) h;
+            UPDATE lonnymq_channel c SET hold_until = NULL, blocked_by = NULL
+             WHERE c.id = v_channel_id AND c.blocked_by = v_row.id;
+        END IF;
         INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, attempts,
-                                     max_attempts, dedup_key, enqueued_at, last_error, snoozes)
-        VALUES (v_row.id, v_channel_id, v_row.payload, v_now, v_row.priority,
+                                     max_attempts, dedup_key, enqueued_at, last_error, snoozes, cost)
+        VALUES (v_row.id, v_channel_id, v_row.payload, v_at, v_row.priority,
                 CASE WHEN p_reset_attempts THEN 0 ELSE v_row.attempts END,
                 CASE WHEN p_reset_attempts THEN v_row.max_attempts
                      ELSE greatest(v_row.max_attempts, v_row.attempts + 1) END,
                 v_row.dedup_key, v_row.enqueued_at, v_row.last_error,
-                CASE WHEN p_reset_attempts THEN 0 ELSE v_row.snoozes END);
+                CASE WHEN p_reset_attempts THEN 0 ELSE v_row.snoozes END, v_row.cost);
         DELETE FROM lonnymq_dead_message d WHERE d.id = v_row.id;
-        IF lonnymq_wake_v1(v_channel_id, v_now, p_tolerance_ms) THEN
+        IF lonnymq_wake_v1(v_channel_id, v_at, p_tolerance_ms) THEN
             PERFORM pg_catalog.pg_notify('lonnymq_wakeup', v_row.queue);
         END IF;
         v_ids := v_ids OPERATOR(pg_catalog.||) v_row.id;
@@ -3676,7 +3866,7 @@ BEGIN
            -- still ahead: a turn that has already come is eligible now, however old the head.
            AND (c.next_dequeue_at IS NULL
                 OR c.next_dequeue_at > greatest(h.dequeue_at, c.last_dequeue_at + c.release_interval_ms,
-                                                c.next_token_at, v_now) + p_grace_ms)
+                                                c.next_token_at, c.hold_until, v_now) + p_grace_ms)
            -- A producer's committed wake-up mark is applied by the next dequeue.
            AND NOT EXISTS (SELECT 1 FROM lonnymq_wake w
                             WHERE w.channel_id = c.id
@@ -3776,10 +3966,10 @@ BEGIN
         RETURN NULL;
     END IF;
     FOREACH v_tick IN ARRAY coalesce(p_ticks, '{}'::bigint[]) LOOP
-        v_ids := pg_catalog.array_append(v_ids, lonnymq_enqueue_v2(
+        v_ids := pg_catalog.array_append(v_ids, lonnymq_enqueue_v3(
             v_schedule.queue, v_schedule.channel, v_schedule.payload, v_tick, NULL::bigint, 0,
             'lonnymq.periodic:' || v_schedule.id::text || ':' || v_tick::text, 'skip'::text,
-            coalesce(v_schedule.max_attempts, p_default_max_attempts), p_priority_step_ms, p_tolerance_ms));
+            coalesce(v_schedule.max_attempts, p_default_max_attempts), p_priority_step_ms, p_tolerance_ms, 1));
     END LOOP;
     UPDATE lonnymq_schedule s
        SET next_tick_at = p_next_tick_at,
@@ -4388,7 +4578,7 @@ END
 $$;
 
 -- Publish events to a topic: each event becomes one message in every queue subscribed to it,
--- in the caller's transaction, through lonnymq_enqueue_many_v2 queue by queue in queue-name
+-- in the caller's transaction, through lonnymq_enqueue_many_v3 queue by queue in queue-name
 -- order (so concurrent publishers take their locks in one order). An event's key names its
 -- channel in each queue (NULL: 'default'); p_on_duplicate is each event's dedup mode. Returns
 -- one row per subscribed queue, with the message ids in event order; no row when the topic
@@ -4447,9 +4637,9 @@ BEGIN
     FOR v_queue IN SELECT s.queue FROM lonnymq_subscription s WHERE s.topic = p_topic ORDER BY s.queue LOOP
         v_routed := true;
         queue := v_queue;
-        ids := lonnymq_enqueue_many_v2(v_queue, v_channels, p_payloads, p_run_at_ms, NULL::bigint[],
+        ids := lonnymq_enqueue_many_v3(v_queue, v_channels, p_payloads, p_run_at_ms, NULL::bigint[],
                                        NULL::integer[], p_dedup_keys, p_on_duplicate, NULL::integer[],
-                                       p_default_max_attempts, p_priority_step_ms, p_tolerance_ms);
+                                       p_default_max_attempts, p_priority_step_ms, p_tolerance_ms, NULL::integer[]);
         RETURN NEXT;
     END LOOP;
     IF NOT v_routed THEN
@@ -5048,10 +5238,10 @@ BEGIN
      WHERE w.id = v_workflow_id;
     IF v_w.on_failure_queue IS NOT NULL AND v_w.on_failure_message_id IS NULL THEN
         UPDATE lonnymq_workflow w
-           SET on_failure_message_id = lonnymq_enqueue_v2(
+           SET on_failure_message_id = lonnymq_enqueue_v3(
                    v_w.on_failure_queue, v_w.on_failure_channel, v_w.on_failure_payload, NULL::bigint,
                    NULL::bigint, 0, 'lonnymq.workflow_failed:' OPERATOR(pg_catalog.||) v_workflow_id::text,
-                   'skip'::text, v_w.on_failure_max_attempts, 1000::bigint, 50::bigint)
+                   'skip'::text, v_w.on_failure_max_attempts, 1000::bigint, 50::bigint, 1)
          WHERE w.id = v_workflow_id;
     END IF;
     RETURN NULL;
@@ -5741,5 +5931,67 @@ BEGIN
            FOR UPDATE SKIP LOCKED);
     GET DIAGNOSTICS v_deleted = ROW_COUNT;
     RETURN v_deleted;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- Strict order (configure_channel(ordered=True), docs/limits-and-progress.md)
+-- ---------------------------------------------------------------------------------------
+
+-- Make a channel ordered, or not. An ordered channel releases one message at a time (the
+-- caller set max_concurrency 1 in the same transaction: lonnymq_channel_ordered_one_at_a_time),
+-- in release order; a retry or a snooze holds it, a dead message blocks it. Turning it off
+-- lifts any hold or block at once and wakes the channel. The channel must exist (LQ001).
+CREATE FUNCTION lonnymq_order_channel_v1(p_queue text, p_channel text, p_ordered boolean) RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    PERFORM lonnymq_check_names_v1(p_queue, p_channel);
+    IF p_ordered IS NULL THEN
+        PERFORM lonnymq_raise_invalid_v1('ordered', 'must be true or false', NULL);
+    END IF;
+    UPDATE lonnymq_channel c
+       SET ordered = p_ordered,
+           hold_until = CASE WHEN p_ordered THEN c.hold_until END,
+           blocked_by = CASE WHEN p_ordered THEN c.blocked_by END
+     WHERE c.queue = p_queue AND c.name = p_channel
+    RETURNING c.id INTO v_id;
+    IF v_id IS NULL THEN
+        PERFORM lonnymq_raise_invalid_v1('channel', pg_catalog.format('must name a channel of queue %s',
+                                         pg_catalog.quote_literal(p_queue)), pg_catalog.quote_literal(p_channel));
+    END IF;
+    IF NOT p_ordered AND lonnymq_wake_v1(v_id, lonnymq_now_ms_v1(), 0::bigint) THEN
+        PERFORM pg_catalog.pg_notify('lonnymq_wakeup', p_queue);
+    END IF;
+END
+$$;
+
+-- Skip the dead message that blocks an ordered channel: the channel goes on with the messages
+-- after it (the dead one stays in the dead letters). Returns the id of the message skipped,
+-- NULL when the channel was not blocked. The channel must exist (LQ001).
+CREATE FUNCTION lonnymq_unblock_channel_v1(p_queue text, p_channel text) RETURNS bigint
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_c lonnymq_channel%ROWTYPE;
+BEGIN
+    PERFORM lonnymq_check_names_v1(p_queue, p_channel);
+    SELECT * INTO v_c FROM lonnymq_channel c WHERE c.queue = p_queue AND c.name = p_channel FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        PERFORM lonnymq_raise_invalid_v1('channel', pg_catalog.format('must name a channel of queue %s',
+                                         pg_catalog.quote_literal(p_queue)), pg_catalog.quote_literal(p_channel));
+    END IF;
+    IF v_c.blocked_by IS NULL THEN
+        RETURN NULL;
+    END IF;
+    UPDATE lonnymq_channel c SET hold_until = NULL, blocked_by = NULL WHERE c.id = v_c.id;
+    IF lonnymq_wake_v1(v_c.id, lonnymq_now_ms_v1(), 0::bigint) THEN
+        PERFORM pg_catalog.pg_notify('lonnymq_wakeup', p_queue);
+    END IF;
+    RETURN v_c.blocked_by;
 END
 $$;

@@ -34,6 +34,7 @@ def enqueue(
     queue: Any,
     run_at_ms: Any,
     tolerance_ms: Any,
+    cost: Any,
     on: On = None,
 ) -> Any:
     return value(
@@ -50,6 +51,7 @@ def enqueue(
             "queue": queue,
             "run_at_ms": run_at_ms,
             "tolerance_ms": tolerance_ms,
+            "cost": cost,
         },
         on,
     )
@@ -70,6 +72,7 @@ def enqueue_many(
     queue: Any,
     run_at_ms: Any,
     tolerance_ms: Any,
+    costs: Any,
     on: On = None,
 ) -> Any:
     return value(
@@ -87,6 +90,7 @@ def enqueue_many(
             "queue": queue,
             "run_at_ms": run_at_ms,
             "tolerance_ms": tolerance_ms,
+            "costs": costs,
         },
         on,
         arrays=True,
@@ -180,6 +184,7 @@ def enqueue_traced(
     queue: Any,
     run_at_ms: Any,
     tolerance_ms: Any,
+    cost: Any,
     on: On = None,
 ) -> Any:
     return value(
@@ -197,6 +202,7 @@ def enqueue_traced(
             "queue": queue,
             "run_at_ms": run_at_ms,
             "tolerance_ms": tolerance_ms,
+            "cost": cost,
         },
         on,
     )
@@ -218,6 +224,7 @@ def enqueue_many_traced(
     queue: Any,
     run_at_ms: Any,
     tolerance_ms: Any,
+    costs: Any,
     on: On = None,
 ) -> Any:
     return value(
@@ -236,6 +243,7 @@ def enqueue_many_traced(
             "queue": queue,
             "run_at_ms": run_at_ms,
             "tolerance_ms": tolerance_ms,
+            "costs": costs,
         },
         on,
         arrays=True,

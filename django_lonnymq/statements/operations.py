@@ -16,7 +16,21 @@ class Cancelled(NamedTuple):
     running: bool
 
 
+class Blocked(NamedTuple):
+    """An ordered channel a dead message blocks, and that message (its reason, error, death)."""
+
+    channel: str
+    message_id: int
+    reason: str | None
+    last_error: str | None
+    died_at: Any
+
+
 __all__ = [
+    "Blocked",
+    "order_channel",
+    "unblock_channel",
+    "blocked_channels",
     "Cancelled",
     "requeue_dead",
     "cancel",
@@ -221,3 +235,18 @@ def reap(*, dedup_window_ms: Any, limit: Any, tolerance_ms: Any, on: On = None) 
 @statement("consume")
 def consume(*, channel: Any, queue: Any, tokens: Any, on: On = None) -> list[Row]:
     return rows("consume", {"channel": channel, "queue": queue, "tokens": tokens}, on)
+
+
+@statement("order_channel")
+def order_channel(*, queue: Any, channel: Any, ordered: Any, on: On = None) -> Any:
+    return value("order_channel", {"queue": queue, "channel": channel, "ordered": ordered}, on)
+
+
+@statement("unblock_channel")
+def unblock_channel(*, queue: Any, channel: Any, on: On = None) -> Any:
+    return value("unblock_channel", {"queue": queue, "channel": channel}, on)
+
+
+@statement("blocked_channels")
+def blocked_channels(*, queue: Any, limit: Any, on: On = None) -> list[Blocked]:
+    return typed(Blocked, "blocked_channels", {"queue": queue, "limit": limit}, on)

@@ -308,6 +308,7 @@ def test_enqueue_many_with_one_bad_item_caught_by_sql_writes_nothing(nothing_wri
             default_max_attempts=5,
             priority_step_ms=1000,
             tolerance_ms=50,
+            costs=None,
         )
     assert caught.value.field == "items[2].max_attempts"
     assert caught.value.__cause__.__cause__.sqlstate == "LQ001"
@@ -332,6 +333,7 @@ def _sql_enqueue_many(**overrides):
         "default_max_attempts": 5,
         "priority_step_ms": 1000,
         "tolerance_ms": 50,
+        "costs": None,
     }
     return named("enqueue_many", **{**params, **overrides})
 

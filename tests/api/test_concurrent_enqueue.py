@@ -81,6 +81,7 @@ def test_concurrent_enqueue_many_over_overlapping_new_channels_in_any_order(dsn)
             default_max_attempts=5,
             priority_step_ms=1000,
             tolerance_ms=50,
+            costs=None,
         )
 
     results = run_together(dsn, work)

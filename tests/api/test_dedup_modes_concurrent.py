@@ -109,6 +109,7 @@ def test_concurrent_batches_with_repeated_keys_in_any_order(dsn):
             default_max_attempts=5,
             priority_step_ms=1000,
             tolerance_ms=50,
+            costs=None,
         )
 
     run_together(dsn, work)

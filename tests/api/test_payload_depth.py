@@ -212,6 +212,7 @@ def _sql_enqueue_many(payloads: list[str]) -> Any:
         default_max_attempts=5,
         priority_step_ms=1000,
         tolerance_ms=50,
+        costs=None,
     )
 
 

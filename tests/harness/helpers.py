@@ -70,9 +70,10 @@ def enqueue_sql(
     max_attempts: int = 5,
     priority_step_ms: int = 1000,
     tolerance_ms: int = 50,
+    cost: int = 1,
     conn: Any = None,
 ) -> int:
-    """``lonnymq_enqueue_v2`` straight, no Python validation (payload is JSON text)."""
+    """``lonnymq_enqueue_v3`` straight, no Python validation (payload is JSON text)."""
     return int(
         named(
             "enqueue",
@@ -88,6 +89,7 @@ def enqueue_sql(
             max_attempts=max_attempts,
             priority_step_ms=priority_step_ms,
             tolerance_ms=tolerance_ms,
+            cost=cost,
         )
     )
 

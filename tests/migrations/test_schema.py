@@ -119,6 +119,10 @@ RELEASED = {
     "0047_stats_walk_in_index_order.up.sql": "4ceb5a4081ac51de467e6978639b3d651da138a06b46a9fed5da0abb917fb315",
     "0048_progress.down.sql": "e12ec7e66cec9647d869e779f1159c0e4b2dd0b08b62d31b17bdb7a8185ece04",
     "0048_progress.up.sql": "63619a05432b021b2175b8c1b52371ba45814c8c8c964b6b180c28813f9d6dfd",
+    "0049_costs.down.sql": "9927c93baa917a7754b42be85755660c4e457d9356eda5a47e98bf9540fe1b4b",
+    "0049_costs.up.sql": "a7262f2bdc75f67738cc33b137f4cd1955f89ab3fac676a7f4b71639c5f5e8dc",
+    "0050_strict_order.down.sql": "1b4cd72fd541b1f946c36f028fe95bad2a7619f0dce41bd7b815c321daa6301f",
+    "0050_strict_order.up.sql": "e73a69730fd9819427911ed722a5790e307a4a82be4e07e16ba77513b291f7d8",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

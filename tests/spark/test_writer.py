@@ -123,6 +123,17 @@ def test_run_at_and_max_attempts_reach_the_messages(dsn: str) -> None:
     assert first["max_attempts"] == second["max_attempts"] == 9
 
 
+def test_the_export_cost_reaches_every_message_and_a_cost_past_the_bucket_is_refused(dsn: str) -> None:
+    write_rows(config(dsn, cost=7), [("t", '{"a": 1}', "k1", None), ("u", '{"a": 2}', "k2", None)])
+    assert [m["cost"] for m in messages(dsn, QUEUE)] == [7, 7]
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT lonnymq_configure_queue_v1(%s, NULL, false, 5, 60000, 5, false)", [QUEUE])
+    with pytest.raises(ExportError, match="must be at most the burst of queue"):
+        write_rows(config(dsn, cost=7), [("t", '{"a": 3}', "k3", None)])
+    assert len(messages(dsn, QUEUE)) == 2
+
+
 def test_an_empty_input_opens_no_connection(dsn: str) -> None:
     counts = write_rows(config(refused_dsn()), [])
 
@@ -206,12 +217,12 @@ def test_a_payload_at_the_depth_bound_is_written(dsn: str) -> None:
 
 def test_a_row_the_enqueue_function_refuses_is_named_by_its_row_and_column(dsn: str) -> None:
     # The writer's own checks come first; this is how a row the SQL function refuses reads
-    # (here one nested too deep, sent straight to lonnymq_enqueue_many_v2).
+    # (here one nested too deep, sent straight to lonnymq_enqueue_many_v3).
     chunk = rows(3) + [("t", "[" * 151 + "]" * 151, "deep", None)]
     params = {
         "queue": QUEUE, "channels": [r[0] for r in chunk], "payloads": [r[1] for r in chunk], "run_at_ms": None,
         "delay_ms": None, "priorities": None, "dedup_keys": [r[2] for r in chunk], "on_duplicate": None, "max_attempts": None,
-        "default_max_attempts": 5, "priority_step_ms": 1000, "tolerance_ms": 50,
+        "default_max_attempts": 5, "priority_step_ms": 1000, "tolerance_ms": 50, "costs": None,
     }  # fmt: skip
     with psycopg.connect(dsn) as conn, pytest.raises(psycopg.Error) as refused:
         conn.execute(binary_arrays(query("enqueue_many")), params)
@@ -251,7 +262,7 @@ def test_a_database_without_the_schema_is_refused_before_anything_runs(dsn: str)
     other_database = psycopg.conninfo.make_conninfo(dsn, dbname="postgres")
 
     with pytest.raises(
-        ExportError, match=r"has no lonnymq_enqueue_many_v2 function; run `python manage.py migrate`"
+        ExportError, match=r"has no lonnymq_enqueue_many_v3 function; run `python manage.py migrate`"
     ):
         check_database(other_database)
 

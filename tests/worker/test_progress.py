@@ -13,7 +13,7 @@ from django_lonnymq.progress import running_progress
 
 from .conftest import describe, wait_until
 
-SETTINGS = "tests.worker.settings_progress"
+SETTINGS = "tests.worker.settings_asks"
 INTERVAL = 0.5  # LONNYMQ_PROGRESS_INTERVAL's default
 
 

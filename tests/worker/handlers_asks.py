@@ -1,10 +1,12 @@
-"""Handlers that report progress, for the worker-process tests (tests/worker/test_progress.py)."""
+"""Handlers of the worker-process tests of progress and strict order (tests/worker/test_progress.py,
+tests/worker/test_strict_order.py)."""
 
 from __future__ import annotations
 
 import time
 
 from django_lonnymq import Message, handler
+from tests.testapp.handlers import record
 
 
 @handler("acc_progress_burst")
@@ -22,3 +24,12 @@ def hold(message: Message) -> None:
     message.progress(1, 2, "half")
     time.sleep(float(message.payload["hold"]))
     message.progress(2, 2, "all")
+
+
+@handler("acc_ordered")
+def ordered(message: Message) -> None:
+    """Records each run; fails the attempts the payload names ("fail": how many)."""
+    record(message, "run")
+    if message.attempt <= int(message.payload.get("fail", 0)):
+        raise RuntimeError(f"attempt {message.attempt} of message {message.payload['n']} fails")
+    time.sleep(0.02)
