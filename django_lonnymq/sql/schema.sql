@@ -1924,6 +1924,7 @@ DECLARE
     v_q_need      bigint := 1;
     v_need        bigint;
     v_holds       bigint[];
+    v_buckets     boolean;
 BEGIN
     IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'dequeue needs READ COMMITTED, the session runs %', pg_catalog.current_setting('transaction_isolation')
@@ -1995,9 +1996,9 @@ BEGIN
                pg_catalog.array_agg(p.round_used),
                pg_catalog.array_agg(p.level),
                pg_catalog.array_agg(p.rate_burst),
-               pg_catalog.array_agg(p.level / p.rate_period_ms),
+               pg_catalog.array_agg(p.level / p.rate_period_ms), pg_catalog.bool_or(p.level IS NOT NULL),
                pg_catalog.sum(p.weight - p.round_used), pg_catalog.sum(p.weight)
-          INTO v_ch_ids, v_ch_names, v_quotas, v_limited, v_weights, v_used, v_levels, v_bursts, v_tokens,
+          INTO v_ch_ids, v_ch_names, v_quotas, v_limited, v_weights, v_used, v_levels, v_bursts, v_tokens, v_buckets,
                v_rounds_first, v_weight_sum
           FROM (
             SELECT c.id, c.name, c.next_dequeue_at, c.turn, c.max_concurrency, c.weight, c.round_used,
@@ -2054,38 +2055,63 @@ BEGIN
     --    1: ceil(batch / channels) each, as a plain round robin), capped by the room. Then
     --    the batch is cut in round-robin order (round, pick order, rank), the order the
     --    aggregates read the subquery in.
+    v_rounds := pg_catalog.ceil(greatest(v_batch - v_rounds_first, 0)::numeric / v_weight_sum::numeric)::bigint;
     --    A channel with a token bucket takes messages in order while their costs fit its
     --    tokens (tokens: level / rate_period_ms), each charged at most the bucket's burst, so
     --    a message that costs more than a smaller bucket holds goes once the bucket is full;
-    --    a cheaper message never passes a dearer one. Without a bucket the costs are unread.
-    v_rounds := pg_catalog.ceil(greatest(v_batch - v_rounds_first, 0)::numeric / v_weight_sum::numeric)::bigint;
-    SELECT pg_catalog.array_agg(x.id), pg_catalog.array_agg(x.ord), pg_catalog.array_agg(x.rnd),
-           pg_catalog.array_agg(x.cost)
-      INTO v_msg_ids, v_msg_ords, v_msg_rounds, v_msg_costs
-      FROM (
-        SELECT m.id, m.rank, p.ord, (p.used + m.rank - 1) / p.weight AS rnd, m.cost
-          FROM ROWS FROM (pg_catalog.unnest(v_ch_ids), pg_catalog.unnest(v_quotas),
-                          pg_catalog.unnest(v_weights), pg_catalog.unnest(v_used),
-                          pg_catalog.unnest(v_tokens), pg_catalog.unnest(v_bursts))
-               WITH ORDINALITY AS p(channel_id, room, weight, used, tokens, burst, ord)
-          CROSS JOIN LATERAL (
-              SELECT r.id, r.rank, r.cost
-                FROM (SELECT q.id, q.cost, pg_catalog.row_number() OVER w AS rank,
-                             pg_catalog.sum(q.cost) OVER w AS spent
-                        FROM (SELECT mm.id, mm.dequeue_at, least(mm.cost, coalesce(p.burst, mm.cost))::bigint AS cost
-                                FROM lonnymq_message mm
-                               WHERE mm.channel_id = p.channel_id
-                                 AND mm.lease_until IS NULL
-                                 AND mm.dequeue_at <= v_now
-                               ORDER BY mm.dequeue_at, mm.id
-                               LIMIT least(p.room::bigint, (p.weight - p.used)::bigint + v_rounds * p.weight::bigint,
-                                           v_batch::bigint)
-                                 FOR UPDATE OF mm SKIP LOCKED) q
-                      WINDOW w AS (ORDER BY q.dequeue_at, q.id)) r
-               WHERE p.tokens IS NULL OR r.spent <= p.tokens
-          ) m
-         ORDER BY 4, p.ord, m.rank
-      ) x;
+    --    a cheaper message never passes a dearer one. When neither the queue nor any channel
+    --    picked has a bucket, costs are not read at all: the plain query below.
+    IF v_buckets OR v_qc.rate_count IS NOT NULL THEN
+        SELECT pg_catalog.array_agg(x.id), pg_catalog.array_agg(x.ord), pg_catalog.array_agg(x.rnd),
+               pg_catalog.array_agg(x.cost)
+          INTO v_msg_ids, v_msg_ords, v_msg_rounds, v_msg_costs
+          FROM (
+            SELECT m.id, m.rank, p.ord, (p.used + m.rank - 1) / p.weight AS rnd, m.cost
+              FROM ROWS FROM (pg_catalog.unnest(v_ch_ids), pg_catalog.unnest(v_quotas),
+                              pg_catalog.unnest(v_weights), pg_catalog.unnest(v_used),
+                              pg_catalog.unnest(v_tokens), pg_catalog.unnest(v_bursts))
+                   WITH ORDINALITY AS p(channel_id, room, weight, used, tokens, burst, ord)
+              CROSS JOIN LATERAL (
+                  SELECT r.id, r.rank, r.cost
+                    FROM (SELECT q.id, q.cost, pg_catalog.row_number() OVER w AS rank,
+                                 pg_catalog.sum(q.cost) OVER w AS spent
+                            FROM (SELECT mm.id, mm.dequeue_at, least(mm.cost, coalesce(p.burst, mm.cost))::bigint AS cost
+                                    FROM lonnymq_message mm
+                                   WHERE mm.channel_id = p.channel_id
+                                     AND mm.lease_until IS NULL
+                                     AND mm.dequeue_at <= v_now
+                                   ORDER BY mm.dequeue_at, mm.id
+                                   LIMIT least(p.room::bigint, (p.weight - p.used)::bigint + v_rounds * p.weight::bigint,
+                                               v_batch::bigint)
+                                     FOR UPDATE OF mm SKIP LOCKED) q
+                          WINDOW w AS (ORDER BY q.dequeue_at, q.id)) r
+                   WHERE p.tokens IS NULL OR r.spent <= p.tokens
+              ) m
+             ORDER BY 4, p.ord, m.rank
+          ) x;
+    ELSE
+        SELECT pg_catalog.array_agg(x.id), pg_catalog.array_agg(x.ord), pg_catalog.array_agg(x.rnd)
+          INTO v_msg_ids, v_msg_ords, v_msg_rounds
+          FROM (
+            SELECT m.id, m.rank, p.ord, (p.used + m.rank - 1) / p.weight AS rnd
+              FROM ROWS FROM (pg_catalog.unnest(v_ch_ids), pg_catalog.unnest(v_quotas),
+                              pg_catalog.unnest(v_weights), pg_catalog.unnest(v_used))
+                   WITH ORDINALITY AS p(channel_id, room, weight, used, ord)
+              CROSS JOIN LATERAL (
+                  SELECT q.id, pg_catalog.row_number() OVER (ORDER BY q.dequeue_at, q.id) AS rank
+                    FROM (SELECT mm.id, mm.dequeue_at
+                            FROM lonnymq_message mm
+                           WHERE mm.channel_id = p.channel_id
+                             AND mm.lease_until IS NULL
+                             AND mm.dequeue_at <= v_now
+                           ORDER BY mm.dequeue_at, mm.id
+                           LIMIT least(p.room::bigint, (p.weight - p.used)::bigint + v_rounds * p.weight::bigint,
+                                       v_batch::bigint)
+                             FOR UPDATE OF mm SKIP LOCKED) q
+              ) m
+             ORDER BY 4, p.ord, m.rank
+          ) x;
+    END IF;
     -- Cut to the batch, and to what a queue-wide bucket's tokens pay for (in round-robin
     -- order, each message charged at most the queue's burst). The channels whose round the
     -- cut interrupted are owed the rest of it: they keep their place in the rotation (step 4).
