@@ -242,6 +242,13 @@ def run(queue: str, ids: list[int], alias: str) -> None:
                        sorted(waiting), queue)  # fmt: skip
 
 
+def _new_savepoint(alias: str) -> Any:
+    """A savepoint on ``alias``: ``savepoint_create`` where Django has it (6.1 deprecates
+    ``savepoint()``), ``savepoint`` before."""
+    create = getattr(transaction, "savepoint_create", None) or transaction.savepoint
+    return create(using=alias)
+
+
 def _deliver(recorder: Recorder, handle: Any, message: Message) -> str | None:
     """Run a leased message's handler as a worker does (``worker/outcomes.py``), on the caller's
     connection, and record its outcome through the worker's own :class:`Recorder`; retries and
@@ -258,12 +265,12 @@ def _deliver(recorder: Recorder, handle: Any, message: Message) -> str | None:
         # moves the savepoint past it.
         failure: BaseException | None = None
         with transaction.atomic(using=alias):
-            savepoint = transaction.savepoint(using=alias)
+            savepoint = _new_savepoint(alias)
 
             def past_checkpoint() -> None:
                 nonlocal savepoint
                 transaction.savepoint_commit(savepoint, using=alias)
-                savepoint = transaction.savepoint(using=alias)
+                savepoint = _new_savepoint(alias)
 
             message._durable.on_checkpoint = past_checkpoint
             try:
