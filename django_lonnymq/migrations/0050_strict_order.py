@@ -17,6 +17,10 @@ PIN_SEARCH_PATH = (
 )
 
 REPLACED = (
+    "lonnymq_wake_v1",
+    "lonnymq_mark_v1",
+    "lonnymq_mark_many_v1",
+    "lonnymq_apply_marks_v1",
     "lonnymq_dequeue_v1",
     "lonnymq_unlease_v1",
     "lonnymq_bury_v1",

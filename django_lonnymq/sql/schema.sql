@@ -732,7 +732,9 @@ BEGIN
 END
 $$;
 
--- Make sure a channel will look at a message that becomes ready at p_dequeue_at.
+-- Make sure a channel will look at a message that becomes ready at p_dequeue_at (no earlier
+-- than its release interval, its next token and an ordered channel's hold allow: this floor
+-- is the same in lonnymq_mark_v1, lonnymq_mark_many_v1 and lonnymq_apply_marks_v1).
 -- Lowers next_dequeue_at only when it must (more than p_tolerance_ms later than needed), so
 -- enqueues into a busy channel take no row lock. The caller holds the channel's shared
 -- advisory lock (see docs/locking.md). Under REPEATABLE READ or SERIALIZABLE the lowering is
@@ -747,19 +749,19 @@ AS $$
 BEGIN
     IF pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
         UPDATE lonnymq_channel c
-           SET next_dequeue_at = greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at),
+           SET next_dequeue_at = greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at, c.hold_until),
                turn = pg_catalog.nextval('lonnymq_turn_seq') * 100000
          WHERE c.id = p_channel_id
            AND (c.next_dequeue_at IS NULL
-                OR c.next_dequeue_at > greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at)
+                OR c.next_dequeue_at > greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at, c.hold_until)
                                        + p_tolerance_ms);
     ELSE
         UPDATE lonnymq_channel c
            SET next_dequeue_at = least(
                    coalesce(c.next_dequeue_at, 9223372036854775807),
-                   greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at)),
+                   greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at, c.hold_until)),
                turn = CASE WHEN c.next_dequeue_at IS NULL
-                             OR c.next_dequeue_at > greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at)
+                             OR c.next_dequeue_at > greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at, c.hold_until)
                            THEN pg_catalog.nextval('lonnymq_turn_seq') * 100000 ELSE c.turn END
          WHERE c.id = p_channel_id;
     END IF;
@@ -788,7 +790,7 @@ DECLARE
     v_floor bigint;
 BEGIN
     IF pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
-        SELECT c.next_dequeue_at, greatest(c.last_dequeue_at + c.release_interval_ms, c.next_token_at) INTO v_next, v_floor
+        SELECT c.next_dequeue_at, greatest(c.last_dequeue_at + c.release_interval_ms, c.next_token_at, c.hold_until) INTO v_next, v_floor
           FROM lonnymq_channel c WHERE c.id = p_channel_id;
         IF v_next IS NOT NULL AND v_next <= greatest(p_dequeue_at, v_floor) + p_tolerance_ms THEN
             RETURN false;
@@ -831,7 +833,7 @@ BEGIN
       JOIN lonnymq_channel c ON c.id = u.id AND c.id = ANY (p_channel_ids)
      WHERE pg_catalog.current_setting('transaction_isolation') <> 'read committed'
         OR ((c.next_dequeue_at IS NULL
-             OR c.next_dequeue_at > greatest(u.at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at) + p_tolerance_ms)
+             OR c.next_dequeue_at > greatest(u.at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at, c.hold_until) + p_tolerance_ms)
             AND NOT EXISTS (SELECT 1 FROM lonnymq_wake m
                              WHERE m.channel_id = c.id AND m.dequeue_at <= u.at + p_tolerance_ms))
     ON CONFLICT (channel_id, xact) DO UPDATE SET dequeue_at = excluded.dequeue_at
@@ -889,12 +891,12 @@ BEGIN
           FROM (SELECT channel_id, pg_catalog.min(dequeue_at) AS at FROM gone GROUP BY channel_id) g;
         IF v_ids IS NOT NULL THEN
             UPDATE lonnymq_channel c
-               SET next_dequeue_at = greatest(u.at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at),
+               SET next_dequeue_at = greatest(u.at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at, c.hold_until),
                    turn = pg_catalog.nextval('lonnymq_turn_seq') * 100000
               FROM ROWS FROM (pg_catalog.unnest(v_ids), pg_catalog.unnest(v_ats)) AS u(id, at)
              WHERE c.id = u.id AND c.id = ANY (v_ids)
                AND (c.next_dequeue_at IS NULL
-                    OR c.next_dequeue_at > greatest(u.at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at) + p_tolerance_ms);
+                    OR c.next_dequeue_at > greatest(u.at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at, c.hold_until) + p_tolerance_ms);
         END IF;
         -- The queue's marks are all taken, or the rest are held by other dequeuers (rows this
         -- call holds come back to it: SKIP LOCKED skips only others'), or the time is spent.

@@ -61,6 +61,10 @@ def test_a_dead_message_blocks_its_channel_until_it_is_requeued_at_the_head():
     [blocked] = api.blocked_channels(Q)
     assert (blocked.channel, blocked.message_id, blocked.reason, blocked.last_error) == ("acme", first, "failed", "boom")
     assert api.check() == []  # blocked, not stranded
+    # An enqueue into the blocked channel does not make it due: idle workers sleep on.
+    enqueue(Q, {"n": 3}, channel="acme")
+    assert dequeue(Q, batch=10) == []
+    assert scalar("SELECT lonnymq_next_due_v1(ARRAY[%s])", [Q]) >= channel_row(Q, "acme")["hold_until"]
     assert api.requeue_dead([first]) == [first]
     assert api.blocked_channels(Q) == []
     assert ids(dequeue(Q, batch=10)) == [first]  # back at the head, before the second

@@ -122,7 +122,7 @@ RELEASED = {
     "0049_costs.down.sql": "9927c93baa917a7754b42be85755660c4e457d9356eda5a47e98bf9540fe1b4b",
     "0049_costs.up.sql": "a7262f2bdc75f67738cc33b137f4cd1955f89ab3fac676a7f4b71639c5f5e8dc",
     "0050_strict_order.down.sql": "1b4cd72fd541b1f946c36f028fe95bad2a7619f0dce41bd7b815c321daa6301f",
-    "0050_strict_order.up.sql": "fb8dbf1880e5df588bd49d016b88b920978f250b2bf16cb57d692ff3846b8400",
+    "0050_strict_order.up.sql": "b490c36f3b536b8e8b3852582350dd20768d86d84865ffe757bccb151ea7d5ab",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

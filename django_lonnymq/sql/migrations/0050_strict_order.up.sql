@@ -6,7 +6,8 @@
 -- channel until then (hold_until), a dead message blocks it until requeued or skipped
 -- (blocked_by). The channel table gets three columns (constant defaults, NULLs: no rewrite);
 -- lonnymq_dequeue_v1 releases nothing from a held channel, lonnymq_unlease_v1 holds instead
--- of moving an ordered message back, lonnymq_bury_v1 blocks, lonnymq_requeue_dead_v1 puts the
+-- of moving an ordered message back, lonnymq_bury_v1 blocks, the wake-ups (wake, mark,
+-- mark_many, apply_marks) keep a held channel's turn at its hold, lonnymq_requeue_dead_v1 puts the
 -- message back at the head and unblocks, lonnymq_check_v2 knows a held channel is not
 -- stranded. Same names, arguments and results for the functions replaced.
 SELECT pg_catalog.set_config('search_path',
@@ -78,6 +79,180 @@ BEGIN
         PERFORM pg_catalog.pg_notify('lonnymq_wakeup', p_queue);
     END IF;
     RETURN v_c.blocked_by;
+END
+$$;
+
+-- Make sure a channel will look at a message that becomes ready at p_dequeue_at (no earlier
+-- than its release interval, its next token and an ordered channel's hold allow: this floor
+-- is the same in lonnymq_mark_v1, lonnymq_mark_many_v1 and lonnymq_apply_marks_v1).
+-- Lowers next_dequeue_at only when it must (more than p_tolerance_ms later than needed), so
+-- enqueues into a busy channel take no row lock. The caller holds the channel's shared
+-- advisory lock (see docs/locking.md). Under REPEATABLE READ or SERIALIZABLE the lowering is
+-- unconditional: the row lock then keeps dequeuers from parking the channel until commit.
+CREATE OR REPLACE FUNCTION lonnymq_wake_v1(p_channel_id bigint, p_dequeue_at bigint, p_tolerance_ms bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+SET enable_seqscan = off
+SET jit = off
+AS $$
+BEGIN
+    IF pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
+        UPDATE lonnymq_channel c
+           SET next_dequeue_at = greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at, c.hold_until),
+               turn = pg_catalog.nextval('lonnymq_turn_seq') * 100000
+         WHERE c.id = p_channel_id
+           AND (c.next_dequeue_at IS NULL
+                OR c.next_dequeue_at > greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at, c.hold_until)
+                                       + p_tolerance_ms);
+    ELSE
+        UPDATE lonnymq_channel c
+           SET next_dequeue_at = least(
+                   coalesce(c.next_dequeue_at, 9223372036854775807),
+                   greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at, c.hold_until)),
+               turn = CASE WHEN c.next_dequeue_at IS NULL
+                             OR c.next_dequeue_at > greatest(p_dequeue_at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at, c.hold_until)
+                           THEN pg_catalog.nextval('lonnymq_turn_seq') * 100000 ELSE c.turn END
+         WHERE c.id = p_channel_id;
+    END IF;
+    RETURN FOUND;
+END
+$$;
+
+-- A producer's wake-up: leave a mark for a channel whose next turn is not early enough for a
+-- message due at p_dequeue_at. Takes no row lock: the mark becomes visible when the producer
+-- commits and the next dequeue applies it. The caller holds the channel's shared advisory
+-- lock, so no dequeuer parks it meanwhile (docs/locking.md). Under READ COMMITTED a mark
+-- already there and early enough (committed, or this transaction's own) will do: only a
+-- dequeue that applies it deletes it. So enqueues into a channel no worker has visited yet
+-- leave one mark, not one per transaction. Under REPEATABLE READ or SERIALIZABLE the
+-- producer's snapshot may predate a park: it always marks. Notifies the queue's workers
+-- (delivered at commit) when it marked. Scalar statements on purpose: their generic plans
+-- are index probes, so plpgsql does not re-plan them on every call.
+CREATE OR REPLACE FUNCTION lonnymq_mark_v1(p_queue text, p_channel_id bigint, p_dequeue_at bigint,
+                                           p_tolerance_ms bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_next  bigint;
+    v_floor bigint;
+BEGIN
+    IF pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
+        SELECT c.next_dequeue_at, greatest(c.last_dequeue_at + c.release_interval_ms, c.next_token_at, c.hold_until) INTO v_next, v_floor
+          FROM lonnymq_channel c WHERE c.id = p_channel_id;
+        IF v_next IS NOT NULL AND v_next <= greatest(p_dequeue_at, v_floor) + p_tolerance_ms THEN
+            RETURN false;
+        END IF;
+        PERFORM FROM lonnymq_wake w
+          WHERE w.channel_id = p_channel_id AND w.dequeue_at <= p_dequeue_at + p_tolerance_ms;
+        IF FOUND THEN
+            RETURN false;
+        END IF;
+    END IF;
+    -- A later message of the same transaction rewrites its mark only when it is due earlier
+    -- (a rewrite on every call would pile up row versions inside one long transaction).
+    INSERT INTO lonnymq_wake AS w (queue, channel_id, dequeue_at)
+    VALUES (p_queue, p_channel_id, p_dequeue_at)
+    ON CONFLICT (channel_id, xact) DO UPDATE SET dequeue_at = excluded.dequeue_at
+        WHERE excluded.dequeue_at < w.dequeue_at;
+    PERFORM pg_catalog.pg_notify('lonnymq_wakeup', p_queue);
+    RETURN true;
+END
+$$;
+
+-- The same for many channels (distinct ids, each with the earliest time it needs), in one
+-- statement: enqueue_many's wake-up. Under READ COMMITTED a channel that already has a
+-- committed mark early enough needs no other: the next dequeue applies that mark, and while
+-- this transaction holds the channel's shared advisory lock no dequeuer parks the channel
+-- (docs/locking.md). So a producer that writes chunk after chunk into channels no worker has
+-- looked at yet leaves one mark per channel, not one per chunk.
+CREATE OR REPLACE FUNCTION lonnymq_mark_many_v1(p_queue text, p_channel_ids bigint[], p_dequeue_ats bigint[],
+                                     p_tolerance_ms bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_marked integer;
+BEGIN
+    INSERT INTO lonnymq_wake AS w (queue, channel_id, dequeue_at)
+    SELECT p_queue, c.id, u.at
+      FROM ROWS FROM (pg_catalog.unnest(p_channel_ids), pg_catalog.unnest(p_dequeue_ats)) AS u(id, at)
+      JOIN lonnymq_channel c ON c.id = u.id AND c.id = ANY (p_channel_ids)
+     WHERE pg_catalog.current_setting('transaction_isolation') <> 'read committed'
+        OR ((c.next_dequeue_at IS NULL
+             OR c.next_dequeue_at > greatest(u.at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at, c.hold_until) + p_tolerance_ms)
+            AND NOT EXISTS (SELECT 1 FROM lonnymq_wake m
+                             WHERE m.channel_id = c.id AND m.dequeue_at <= u.at + p_tolerance_ms))
+    ON CONFLICT (channel_id, xact) DO UPDATE SET dequeue_at = excluded.dequeue_at
+        WHERE excluded.dequeue_at < w.dequeue_at;
+    GET DIAGNOSTICS v_marked = ROW_COUNT;
+    IF v_marked > 0 THEN
+        PERFORM pg_catalog.pg_notify('lonnymq_wakeup', p_queue);
+    END IF;
+    RETURN v_marked > 0;
+END
+$$;
+
+-- A dequeuer's first step: apply the committed marks of a queue to their channels (only
+-- ever earlier) and delete them, earliest first, in batches of 200 for at most about 10 ms
+-- a call. Marks whose channel row another session holds stay for the next call; nothing
+-- here waits. Each batch is taken from the queue's index in its order and only then joined
+-- to its channel rows, so a batch costs the same whatever the number of marks left. A bulk
+-- enqueue into 100,000 parked channels leaves 100,000 marks: applied 10,000 a call, after a
+-- join and sort of all of them, they took each of the next ten dequeues past 100 ms
+-- (docs/performance.md, "At scale"). The planner settings keep the index's order where the
+-- table has no statistics yet (the default estimate of a queue's marks is a few hundred
+-- rows, which the planner would rather fetch all and sort).
+CREATE OR REPLACE FUNCTION lonnymq_apply_marks_v1(p_queue text, p_tolerance_ms bigint) RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+AS $$
+DECLARE
+    v_start  timestamptz := pg_catalog.clock_timestamp();
+    v_ids    bigint[];
+    v_ats    bigint[];
+    v_taken  integer;
+BEGIN
+    LOOP
+        WITH picked AS (
+            SELECT w.id, w.channel_id, w.dequeue_at
+              FROM lonnymq_wake w
+             WHERE w.queue = p_queue
+             ORDER BY w.dequeue_at
+             LIMIT 200
+               FOR UPDATE OF w SKIP LOCKED
+        ), marks AS (
+            SELECT p.id, p.channel_id, p.dequeue_at
+              FROM picked p
+              JOIN lonnymq_channel c ON c.id = p.channel_id
+               FOR NO KEY UPDATE OF c SKIP LOCKED
+        ), gone AS (
+            DELETE FROM lonnymq_wake w WHERE w.id IN (SELECT m.id FROM marks m)
+            RETURNING w.channel_id, w.dequeue_at
+        )
+        SELECT pg_catalog.array_agg(g.channel_id ORDER BY g.channel_id), pg_catalog.array_agg(g.at ORDER BY g.channel_id),
+               (SELECT pg_catalog.count(*) FROM picked)
+          INTO v_ids, v_ats, v_taken
+          FROM (SELECT channel_id, pg_catalog.min(dequeue_at) AS at FROM gone GROUP BY channel_id) g;
+        IF v_ids IS NOT NULL THEN
+            UPDATE lonnymq_channel c
+               SET next_dequeue_at = greatest(u.at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at, c.hold_until),
+                   turn = pg_catalog.nextval('lonnymq_turn_seq') * 100000
+              FROM ROWS FROM (pg_catalog.unnest(v_ids), pg_catalog.unnest(v_ats)) AS u(id, at)
+             WHERE c.id = u.id AND c.id = ANY (v_ids)
+               AND (c.next_dequeue_at IS NULL
+                    OR c.next_dequeue_at > greatest(u.at, c.last_dequeue_at + c.release_interval_ms, c.next_token_at, c.hold_until) + p_tolerance_ms);
+        END IF;
+        -- The queue's marks are all taken, or the rest are held by other dequeuers (rows this
+        -- call holds come back to it: SKIP LOCKED skips only others'), or the time is spent.
+        EXIT WHEN v_ids IS NULL OR v_taken < 200
+               OR pg_catalog.clock_timestamp() - v_start > interval '10 milliseconds';
+    END LOOP;
 END
 $$;
 
