@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from . import statements
+from . import arguments, statements
 from .exceptions import InvalidArgument
 
 # The largest done or total (the schema's CHECK): exact in a double, far beyond any count.
@@ -101,10 +101,7 @@ class MessageStatus:
 
 def message_status(message_id: int, *, using: str | None = None) -> MessageStatus | None:
     """The state and last progress report of message ``message_id`` (None: unknown)."""
-    if isinstance(message_id, bool) or not isinstance(message_id, int):
-        raise InvalidArgument("message_id", "must be an integer", message_id)
-    if not 1 <= message_id <= 2**63 - 1:
-        raise InvalidArgument("message_id", "must be from 1 to 2**63-1", message_id)
+    arguments.message_id("message_id", message_id)
     found = statements.message_status(id=message_id, on=using)
     if not found:
         return None
