@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 __all__ = [
+    "BatchFailed",
     "Discard",
     "Event",
     "Item",
@@ -33,6 +34,7 @@ __all__ = [
 ]
 
 _PUBLIC = {
+    "BatchFailed": "exceptions",
     "Discard": "exceptions",
     "Retry": "exceptions",
     "Snooze": "exceptions",
@@ -56,7 +58,7 @@ _PUBLIC = {
 
 if TYPE_CHECKING:
     from .api import Item, aenqueue, aenqueue_many, enqueue, enqueue_many
-    from .exceptions import Discard, Retry, Snooze
+    from .exceptions import BatchFailed, Discard, Retry, Snooze
     from .message import Message
     from .registry import handler
     from .routing import queue_database

@@ -46,6 +46,10 @@ MAX_SNOOZES = 1_000_000
 MAX_WEIGHT = 1000
 # Messages leased by one dequeue.
 MAX_BATCH = 10_000
+# Messages one batch handler's call takes (@handler(batch=N)), and the longest a worker
+# collects a channel's messages for one call (batch_wait).
+MAX_HANDLER_BATCH = 1000
+MAX_BATCH_WAIT = timedelta(minutes=5)
 # A rate's count and burst ("N / period, burst B"; a period is at most MAX_INTERVAL).
 MAX_RATE_COUNT = 1_000_000
 MAX_RATE_BURST = 1_000_000

@@ -205,10 +205,11 @@ def _run_pending(conn: Any, *, succeeded: bool) -> None:
 
 def run(queue: str, ids: list[int], alias: str) -> None:
     """Deliver the queue's due messages on this connection until ``ids`` are acked or dead."""
-    from .registry import autodiscover, get_handler
+    from .registry import autodiscover, batch_of, get_handler
 
     autodiscover()
     handle = get_handler(queue)
+    spec = batch_of(queue)
     waiting = set(ids)
     empty = 0
     while waiting and empty < _EMPTY_TRIES:
@@ -234,6 +235,12 @@ def run(queue: str, ids: list[int], alias: str) -> None:
             continue
         empty = 0
         recorder = Recorder(executor, SignalObserver(), at_once=True)
+        if spec is not None:
+            for batch in batches_of(messages, spec.size):
+                for message_id, result in _deliver_batch(recorder, handle, batch).items():
+                    if result not in ("retry", "snoozed"):
+                        waiting.discard(message_id)
+            continue
         for message in messages:
             if _deliver(recorder, handle, message) not in ("retry", "snoozed"):
                 waiting.discard(message.id)
@@ -247,6 +254,69 @@ def _new_savepoint(alias: str) -> Any:
     ``savepoint()``), ``savepoint`` before."""
     create = getattr(transaction, "savepoint_create", None) or transaction.savepoint
     return create(using=alias)
+
+
+def batches_of(messages: list[Message], size: int) -> list[list[Message]]:
+    """A batch handler's calls for what one dequeue leased: each channel's messages in
+    batches of at most ``size``, the channels in the order the round robin gave them."""
+    by_channel: dict[str, list[Message]] = {}
+    for message in messages:
+        by_channel.setdefault(message.channel, []).append(message)
+    return [found[i : i + size] for found in by_channel.values() for i in range(0, len(found), size)]
+
+
+def _deliver_batch(recorder: Recorder, handle: Any, batch: list[Message]) -> dict[int, str | None]:
+    """Run a batch handler's call as a worker does, in a savepoint that a raised exception
+    (other than ``BatchFailed``, which acks the rest) rolls back; each message's recording."""
+    from .exceptions import BatchFailed
+    from .registry import is_async
+
+    alias = batch[0]._durable.using
+    call = async_to_sync(handle) if is_async(handle) else handle
+    results: dict[int, str | None] = {}
+    runnable = []
+    for message in batch:
+        refused = outcomes.refused(message)
+        if refused is not None:
+            results[message.id] = recorder.fail(refused)
+        else:
+            message._batched = True
+            recorder.observers.handler_started(message)
+            runnable.append(message)
+    if not runnable:
+        return results
+
+    def in_savepoint(messages: list[Message]) -> object:
+        failure: BaseException | None = None
+        result: object = None
+        with transaction.atomic(using=alias):
+            savepoint = _new_savepoint(alias)
+            try:
+                result = call(messages)
+            except BatchFailed as exc:  # the messages it does not name succeeded: keep the writes
+                transaction.savepoint_commit(savepoint, using=alias)
+                failure = exc
+            except BaseException as exc:
+                transaction.savepoint_rollback(savepoint, using=alias)
+                failure = exc
+            else:
+                transaction.savepoint_commit(savepoint, using=alias)
+        if failure is not None:
+            raise failure
+        return result
+
+    found = outcomes.run_batch(in_savepoint, runnable)
+    acks = [o for o in found if o.action == "ack"]
+    plain = [o for o in acks if o.message.step_name is None]
+    steps = [o for o in acks if o.message.step_name is not None]
+    lost = {o.message.id for o in (recorder.ack(plain) if plain else [])}
+    lost |= {o.message.id for o in (recorder.ack_steps(steps) if steps else [])}
+    for outcome in found:
+        if outcome.action == "ack":
+            results[outcome.message.id] = None if outcome.message.id in lost else "ack"
+        else:
+            results[outcome.message.id] = recorder.fail(outcome)
+    return results
 
 
 def _deliver(recorder: Recorder, handle: Any, message: Message) -> str | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -308,6 +308,32 @@ class Discard(Exception):  # noqa: N818 - a request, not an error
     def __init__(self, reason: str = "discarded by handler"):
         self.reason = reason
         super().__init__(reason)
+
+
+class BatchFailed(Exception):  # noqa: N818 - a request, not an error
+    """Raise from a batch handler (``@handler(queue, batch=N)``) to fail only the messages it
+    names; the others of the batch are acked together.
+
+    ``failures`` maps each failed message (a :class:`~django_lonnymq.Message` or its id) to
+    what it comes to: an exception (``Retry(delay)``, ``Snooze``, ``Discard`` or any error,
+    retried with backoff) or a text (a failure with that error). Checked here, where the
+    handler raises it: a bad mapping is an error of the handler (the whole batch fails with it).
+    """
+
+    def __init__(self, failures: Any):
+        if not isinstance(failures, Mapping) or not failures:
+            raise InvalidArgument("failures", "must be a non-empty mapping of message (or id) to exception or text",
+                                  failures)  # fmt: skip
+        checked: dict[int, BaseException | str] = {}
+        for key, value in failures.items():
+            message_id = getattr(key, "id", key)
+            if isinstance(message_id, bool) or not isinstance(message_id, int):
+                raise InvalidArgument("failures", "keys must be messages or message ids", key)
+            if not isinstance(value, (BaseException, str)):
+                raise InvalidArgument("failures", "values must be exceptions or texts", value)
+            checked[message_id] = value
+        self.failures = checked
+        super().__init__(f"{len(checked)} message(s) of the batch failed")
 
 
 _SQLSTATE_TYPES: dict[str, type[LonnyMQError]] = {

@@ -96,6 +96,13 @@ class Message:
     _progress: Callable[[Message, Any, Any, Any], None] | None = field(
         default=None, repr=False, compare=False
     )
+    # Delivered in a batch handler's batch: a durable sleep or wait would suspend the whole
+    # call, so they are refused (a step works as in any handler).
+    _batched: bool = field(default=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        """By id (equal messages have equal ids): a batch handler keys ``BatchFailed`` by message."""
+        return hash(self.id)
 
     @property
     def scheduled_at(self) -> datetime | None:
@@ -165,12 +172,22 @@ class Message:
     def sleep(self, name: str, delay: timedelta | float) -> None:
         """Suspend the message for ``delay`` (at most 366 days), giving its thread and slot
         back; the handler then runs again from the top and this call returns."""
+        self._single("sleep")
         self._runner().sleep(self, name, delay)
 
     def wait(self, name: str, key: str, timeout: timedelta | float | None = None) -> Any:
         """The payload of the event ``key`` (``api.emit_event``), suspending the message
         until it comes; ``None`` when ``timeout`` passes first."""
+        self._single("wait")
         return self._runner().wait(self, name, key, timeout)
+
+    def _single(self, what: str) -> None:
+        if self._batched:
+            raise InvalidArgument(
+                what,
+                "is for handlers of one message: a batch handler's call cannot suspend one message of its batch",
+                self.id,
+            )
 
     async def astep(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """:meth:`step` for an ``async def`` handler (``fn`` is a plain function, run on

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
 from . import arguments
-from .bounds import MAX_INTERVAL
+from .bounds import MAX_BATCH_WAIT, MAX_HANDLER_BATCH, MAX_INTERVAL
 from .durations import duration_ms
 from .exceptions import InvalidArgument, NoHandler
 
@@ -20,12 +21,32 @@ _handlers: dict[str, HandlerFunc] = {}
 _fallback: HandlerFunc | None = None
 # Per-handler timeouts in ms (a queue missing here takes LONNYMQ_HANDLER_TIMEOUT).
 _timeouts: dict[str, int] = {}
+# Batch handlers (@handler(queue, batch=N)): how many messages one call takes, and for how long
+# a worker collects them.
+_batches: dict[str, BatchSpec] = {}
+# The batch_wait of a batch handler that names none (seconds).
+DEFAULT_BATCH_WAIT = 1.0
 # Called by autodiscover() after the handler modules are imported: how other parts of the
 # app (the Django Tasks backend) register handlers without this module importing them.
 _discovery_hooks: list[Callable[[], Any]] = []
 
 
-def handler(queue: str, *, timeout: timedelta | float | None = None) -> Callable[[F], F]:
+@dataclass(frozen=True)
+class BatchSpec:
+    """A batch handler's call: up to ``size`` messages of one channel, collected for at most
+    ``wait`` seconds."""
+
+    size: int
+    wait: float
+
+
+def handler(
+    queue: str,
+    *,
+    timeout: timedelta | float | None = None,
+    batch: int | None = None,
+    batch_wait: timedelta | float | None = None,
+) -> Callable[[F], F]:
     """Register the decorated function as the handler of ``queue``'s messages.
 
     The function (``def`` or ``async def``) receives a :class:`~django_lonnymq.Message`.
@@ -33,9 +54,15 @@ def handler(queue: str, *, timeout: timedelta | float | None = None) -> Callable
     after ``delay``; ``Discard`` moves it to the dead-letter table. Past ``timeout`` (default
     ``LONNYMQ_HANDLER_TIMEOUT``) the handler is interrupted and the message fails with
     reason ``timeout``.
+
+    With ``batch=N`` it receives a list of up to N messages, all of one channel, collected
+    for at most ``batch_wait`` (default 1 s): returning acks them all in one call, raising
+    applies to each, and :class:`~django_lonnymq.exceptions.BatchFailed` fails only the
+    messages it names (docs/limits-and-progress.md, "Batches").
     """
     arguments.queue(queue)
     timeout_ms = handler_timeout_ms("timeout", timeout) if timeout is not None else None
+    spec = batch_spec(batch, batch_wait)
 
     def register(func: F) -> F:
         if not callable(func):
@@ -65,9 +92,38 @@ def handler(queue: str, *, timeout: timedelta | float | None = None) -> Callable
             _timeouts.pop(queue, None)
         else:
             _timeouts[queue] = timeout_ms
+        if spec is None:
+            _batches.pop(queue, None)
+        else:
+            _batches[queue] = spec
         return func
 
     return register
+
+
+def batch_spec(batch: Any, batch_wait: Any) -> BatchSpec | None:
+    """``batch`` and ``batch_wait`` checked (None: not a batch handler)."""
+    if batch is None:
+        if batch_wait is not None:
+            raise InvalidArgument(
+                "batch_wait", "needs batch=N (it is how long a batch is collected)", batch_wait
+            )
+        return None
+    if isinstance(batch, bool) or not isinstance(batch, int):
+        raise InvalidArgument("batch", "must be an integer", batch)
+    if not 1 <= batch <= MAX_HANDLER_BATCH:
+        raise InvalidArgument("batch", f"must be between 1 and {MAX_HANDLER_BATCH}", batch)
+    if batch_wait is None:
+        return BatchSpec(batch, DEFAULT_BATCH_WAIT)
+    wait_ms = duration_ms("batch_wait", batch_wait)
+    if wait_ms > MAX_BATCH_WAIT // timedelta(milliseconds=1):
+        raise InvalidArgument("batch_wait", "must be at most 5 minutes", batch_wait)
+    return BatchSpec(batch, wait_ms / 1000)
+
+
+def batch_of(queue: str) -> BatchSpec | None:
+    """The batch of ``queue``'s handler (None: it takes one message per call)."""
+    return _batches.get(queue)
 
 
 def _what_runs(func: Any) -> list[Any]:
@@ -155,6 +211,7 @@ def unregister(queue: str) -> None:
     """Forget a queue's handler (for tests)."""
     _handlers.pop(queue, None)
     _timeouts.pop(queue, None)
+    _batches.pop(queue, None)
 
 
 def autodiscover() -> None:

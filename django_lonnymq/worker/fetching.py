@@ -12,6 +12,8 @@ import time
 from collections.abc import Sequence
 
 from .. import statements
+from ..message import Message
+from .batches import Collector
 from .completion import Completion
 from .connection import STATEMENT_ERRORS, ControlConnection, backoff, describe_failure
 from .handlers import Handlers
@@ -44,8 +46,11 @@ class Fetcher:
         reports: Reports,
         observers: Observers,
         stats: Stats,
+        collector: Collector | None = None,
     ):
         self.connection = connection
+        # Batch handlers' queues: what is leased for them is collected into batches.
+        self.collector = collector if collector is not None else Collector({}, 1)
         self.queues = list(queues)
         self.name = name
         self.lease_ms = lease_ms
@@ -67,7 +72,10 @@ class Fetcher:
         self._backoff: dict[str, float] = {}
 
     def fetch(self, want: int) -> int:
-        """Lease up to ``want`` messages across the queues (rotating which goes first)."""
+        """Lease work for up to ``want`` handler calls across the queues (rotating which goes
+        first): a message each, or for a batch handler's queue a full batch each (within
+        its collector's room). Returns the calls started (a batch still being collected
+        counts as one)."""
         got = 0
         order = self.queues[self._turn :] + self.queues[: self._turn]
         self._turn = (self._turn + 1) % len(self.queues)
@@ -78,12 +86,16 @@ class Fetcher:
                 break
             if self._retry_at.get(queue_name, 0.0) > now:
                 continue
+            batched = self.collector.is_batched(queue_name)
+            ask = self.collector.ask(queue_name, want - got) if batched else want - got
+            if ask <= 0:
+                continue
             try:
                 # Steps, sleeps and waits run on Django's connection to the queue's database.
                 messages = lease(
                     self.connection,
                     queue_name,
-                    want - got,
+                    ask,
                     worker=self.name,
                     lease_ms=self.lease_ms,
                     using=self.leases.using,
@@ -102,20 +114,39 @@ class Fetcher:
             if not messages:
                 continue
             self.observers.fetched(messages)
-            self.held.add(messages)
+            self.held.add(messages, collecting=batched)
             self.stats.fetched += len(messages)
+            runnable: list[Message] = []
             for message in messages:
                 outcome = refused(message)
-                if outcome is None:
-                    self.handlers.submit(message)
-                else:
+                if outcome is not None:
                     self.completion.post(outcome)
-            got += len(messages)
+                elif batched:
+                    runnable.append(message)
+                else:
+                    self.handlers.submit(message)
+            if batched:
+                full = self.collector.add(queue_name, runnable)
+                self._dispatch(full)
+                got += max(len(full), 1)
+            else:
+                got += len(messages)
         if got:
             self.leases.fetched()
             self._idle_backoff = 0.0
         self.came_short = 0 < got < want
         return got
+
+    def dispatch_due(self) -> None:
+        """Hand the batches whose wait ended to the handlers."""
+        if len(self.collector):
+            self._dispatch(self.collector.due(time.monotonic()))
+
+    def _dispatch(self, batches: list[list[Message]]) -> None:
+        for batch in batches:
+            kept = self.held.dispatch(batch)
+            if kept:
+                self.handlers.submit_batch(kept)
 
     def _dequeue_failed(self, queue_name: str, exc: BaseException) -> None:
         """One queue's dequeue fails on a healthy connection: back that queue off alone."""

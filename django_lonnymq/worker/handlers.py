@@ -1,9 +1,10 @@
 """Running handlers: ``concurrency`` threads for plain handlers, one event loop for
 ``async def`` ones, each run under the timeout and cancel control of :mod:`.running`.
 
-The control thread :meth:`~Handlers.submit`s leased messages; each run ends in an
-:class:`~.outcomes.Outcome` posted to the :class:`~.completion.Completion`. Handler threads
-run user code with Django's own per-thread connections.
+The control thread :meth:`~Handlers.submit`s leased messages (and a batch handler's batches,
+:meth:`~Handlers.submit_batch`); each run ends in an :class:`~.outcomes.Outcome` per message
+posted to the :class:`~.completion.Completion`. Handler threads run user code with Django's
+own per-thread connections.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from .stats import Stats
 logger = logging.getLogger("django_lonnymq.worker")
 
 Handle = Callable[[Message], object]
+# What a handler thread takes: a message, a batch handler's batch, or None (stop).
+Job = Message | list[Message] | None
 
 
 def close_old_connections_after_interrupt() -> None:
@@ -65,12 +68,12 @@ class Handlers:
         self.completion = completion
         self.stats = stats
         # SimpleQueue: put and get in C, a few microseconds less per message than queue.Queue.
-        self._jobs: queue_mod.SimpleQueue[Message | None] = queue_mod.SimpleQueue()
+        self._jobs: queue_mod.SimpleQueue[Job] = queue_mod.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._event_loop: EventLoopThread | None = None
         self._async_connections_due = 0.0
-        # The message each handler thread runs now (by thread name), for a thread that dies.
-        self._current: dict[str, Message] = {}
+        # The message(s) each handler thread runs now (by thread name), for a thread that dies.
+        self._current: dict[str, list[Message]] = {}
 
     def start(self) -> None:
         if set(self.handlers) - self.async_queues:
@@ -89,6 +92,13 @@ class Handlers:
         else:
             self._jobs.put(message)
 
+    def submit_batch(self, batch: list[Message]) -> None:
+        """Run a batch handler's batch (messages of one queue and channel) as one call."""
+        if self._event_loop is not None and batch[0].queue in self.async_queues:
+            self._event_loop.submit(batch)
+        else:
+            self._jobs.put(batch)
+
     def stop(self, threads: int | None = None) -> None:
         """Ask ``threads`` handler threads (None: all, and the event loop) to return once
         they finish what they run."""
@@ -104,8 +114,7 @@ class Handlers:
         if self._event_loop is not None and not self._event_loop.is_alive():
             dead.append(self._event_loop.thread.name)
         for name in dead:
-            message = self._current.pop(name, None)
-            if message is not None:
+            for message in self._current.pop(name, ()):
                 self.completion.post(Outcome(message, "fail", error="the worker's handler thread died"))
         return dead
 
@@ -128,9 +137,13 @@ class Handlers:
             message = self._jobs.get()
             if message is None:
                 return
+            if isinstance(message, list):
+                self._thread_batch(me, message)
+                last_finished = time.monotonic()
+                continue
             if not self.held.start(message):  # released before it started
                 continue
-            self._current[me] = message
+            self._current[me] = [message]
             began = time.monotonic()
             self.observers.handler_started(message)
             try:
@@ -147,6 +160,65 @@ class Handlers:
             self.observers.handler_finished(message, last_finished - began, outcome)
             self._current.pop(me, None)
             self.completion.post(outcome)
+
+    def _thread_batch(self, me: str, batch: list[Message]) -> None:
+        """Run a batch handler's batch on this thread: one call, an outcome per message."""
+        batch = self._startable(self.held.start_batch(batch))
+        if not batch:
+            return
+        self._current[me] = batch
+        began = time.monotonic()
+        for message in batch:
+            self.observers.handler_started(message)
+        try:
+            found = self._run_batch_controlled(batch)
+        except BaseException as exc:  # a bug of ours around the handler, not the handler's
+            self.stats.handler_crashes += 1
+            logger.critical(
+                "handler thread crashed on a batch of %d message(s): %s", len(batch), type(exc).__name__
+            )
+            found = [
+                Outcome(m, "fail", error=f"worker error around the handler: {type(exc).__name__}")
+                for m in batch
+            ]
+        self._finished(batch, found, time.monotonic() - began)
+        self._current.pop(me, None)
+
+    def _startable(self, batch: list[Message]) -> list[Message]:
+        """A batch less its messages cancelled before it started (each recorded cancelled)."""
+        kept = []
+        for message in batch:
+            if message.cancel_requested:
+                self.completion.post(
+                    Outcome(message, "cancelled", error="cancelled before its handler started")
+                )
+            else:
+                message._batched = True
+                kept.append(message)
+        return kept
+
+    def _finished(self, batch: list[Message], found: list[Outcome], took: float) -> None:
+        for outcome in found:
+            self.observers.handler_finished(outcome.message, took, outcome)
+            self.completion.post(outcome)
+
+    def _run_batch_controlled(self, batch: list[Message]) -> list[Outcome]:
+        """Run a batch's handler on this thread under the timeout and cancel control."""
+        handle = self.handlers[batch[0].queue]
+
+        def call() -> list[Outcome]:
+            close_old_connections()
+            try:
+                return outcomes.run_batch(handle, batch)  # type: ignore[arg-type]
+            finally:
+                close_old_connections()
+
+        found, interrupted = self.control.run(batch[0], call, batch=batch)
+        if interrupted is not None:
+            close_old_connections_after_interrupt()
+        timeout = self.control.timeouts.get(batch[0].queue)
+        by_id = {o.message.id: o for o in found or ()}
+        return [outcomes.after_interrupt(m, by_id.get(m.id), interrupted, timeout) for m in batch]
 
     def _run_controlled(self, message: Message, idle: bool = True) -> Outcome:
         """Run a message's handler on this thread under the timeout and cancel control."""
@@ -169,8 +241,11 @@ class Handlers:
 
     # -- the event loop ----------------------------------------------------------------
 
-    async def _consume_async(self, message: Message) -> None:
+    async def _consume_async(self, message: Message | list[Message]) -> None:
         """Run one message's ``async def`` handler on the event loop (one consumer task)."""
+        if isinstance(message, list):
+            await self._consume_async_batch(message)
+            return
         if not self.held.start(message):  # released before it started
             return
         began = time.monotonic()
@@ -195,6 +270,39 @@ class Handlers:
             outcome = Outcome(message, "fail", error=f"worker error around the handler: {type(exc).__name__}")
         self.observers.handler_finished(message, time.monotonic() - began, outcome)
         self.completion.post(outcome)
+        await self._close_async_connections()
+
+    async def _consume_async_batch(self, batch: list[Message]) -> None:
+        """Run an ``async def`` batch handler's batch on the event loop: one call."""
+        batch = self._startable(self.held.start_batch(batch))
+        if not batch:
+            return
+        began = time.monotonic()
+        for message in batch:
+            self.observers.handler_started(message)
+        first = batch[0]
+        try:
+            result, interrupted, exc = await self.control.arun(
+                first,
+                lambda: self.handlers[first.queue](list(batch)),  # type: ignore[arg-type, return-value]
+                batch=batch,
+            )
+            timeout = self.control.timeouts.get(first.queue)
+            found = [outcomes.after_interrupt(o.message, o, interrupted, timeout)
+                     for o in outcomes.batch_outcomes(batch, result, exc)]  # fmt: skip
+        except BaseException as exc:  # a bug of ours around the handler, not the handler's
+            self.stats.handler_crashes += 1
+            logger.critical(
+                "event loop crashed around a batch of %d message(s): %s", len(batch), type(exc).__name__
+            )
+            found = [
+                Outcome(m, "fail", error=f"worker error around the handler: {type(exc).__name__}")
+                for m in batch
+            ]
+        self._finished(batch, found, time.monotonic() - began)
+        await self._close_async_connections()
+
+    async def _close_async_connections(self) -> None:
         if time.monotonic() >= self._async_connections_due:
             # Django's async ORM runs its queries on one thread of its own: drop that thread's
             # connections that broke or outlived CONN_MAX_AGE, as handler threads do per

@@ -22,9 +22,10 @@ from typing import Any
 from ..bounds import MAX_BATCH, MIN_LEASE
 from ..conf import settings, to_ms
 from ..exceptions import InvalidArgument
-from ..registry import get_handler, is_async, timeout_of
+from ..registry import batch_of, get_handler, is_async, timeout_of
 from ..routing import by_database
 from . import duties
+from .batches import Collector
 from .completion import Completion
 from .connection import STATEMENT_ERRORS, ControlConnection
 from .fetching import Fetcher
@@ -164,6 +165,9 @@ class Worker(StopOnSignal):
             stats=self.stats,
             enabled=housekeeping,
         )
+        # Batch handlers' queues: their messages are collected into batches of one channel.
+        specs = {q: spec for q in self.queues if (spec := batch_of(q)) is not None}
+        self.collector = Collector(specs, concurrency)
         self.fetcher = Fetcher(
             self.connection,
             self.queues,
@@ -177,6 +181,7 @@ class Worker(StopOnSignal):
             reports=self.reports,
             observers=self.observers,
             stats=self.stats,
+            collector=self.collector,
         )
 
     @staticmethod
@@ -242,6 +247,7 @@ class Worker(StopOnSignal):
                 self._check_handler_threads()
                 completion.flush()
                 self._supervise()
+                fetcher.dispatch_due()
                 if self._stopping.is_set():
                     return  # _shutdown lets running handlers finish, bounded
                 if self._quota_used():
@@ -251,14 +257,16 @@ class Worker(StopOnSignal):
                     self._maintain()
                     continue
                 self._give_back_stale()
-                # Fetch whenever a handler thread would otherwise sit idle: fewer messages held
-                # (running, or leased and waiting) than threads. A batch above the concurrency
-                # fills a local buffer for the next free threads (its leases extended like
-                # running ones), which gives back what waits longer than BUFFER_HOLD.
-                free = self.capacity - held.count()
-                wanted = held.count() < self.concurrency
+                # Fetch whenever a handler thread would otherwise sit idle: fewer calls held
+                # (running, or leased and waiting; a batch handler's batch is one call) than
+                # threads. A batch above the concurrency fills a local buffer for the next free
+                # threads (its leases extended like running ones), which gives back what waits
+                # longer than BUFFER_HOLD.
+                load = held.load()
+                free = self.capacity - load
+                wanted = load < self.concurrency
                 if time.monotonic() < self._buffer_paused_until:
-                    free = self.concurrency - held.count()
+                    free = self.concurrency - load
                 got = fetcher.fetch(min(free, self.batch_size, self._quota_left())) if wanted else 0
                 # Housekeeping after the fetch: a message that woke us starts before it.
                 self._maintain()
@@ -320,6 +328,9 @@ class Worker(StopOnSignal):
         oldest = self.held.oldest_waiting() if self.held.waiting() else None
         if oldest is not None:
             waits.append(oldest + BUFFER_HOLD - now)
+        batch_due = self.collector.next_due()
+        if batch_due is not None:
+            waits.append(batch_due - now)
         interrupt_due = self.control.due_in()
         if interrupt_due is not None:
             waits.append(interrupt_due)
@@ -382,6 +393,7 @@ class Worker(StopOnSignal):
         connection = self.connection
         deadline = time.monotonic() + self.shutdown_timeout
         not_started = self.held.take_waiting()
+        self.collector.clear()
         while self.held.count() and time.monotonic() < deadline and not self._forced.is_set():
             try:
                 connection.ensure()

@@ -20,7 +20,7 @@ from typing import Any
 
 from .. import arguments, bounds
 from ..conf import to_ms
-from ..exceptions import Discard, Interrupted, InvalidArgument, Retry, Snooze, Suspended
+from ..exceptions import BatchFailed, Discard, Interrupted, InvalidArgument, Retry, Snooze, Suspended
 from ..jsontext import Undecodable, storable
 from ..message import Message
 from .running import TIMEOUT
@@ -131,6 +131,67 @@ def run(handle: Callable[[Message], object], message: Message) -> Outcome:
         return outcome_of(message, exc)
 
 
+def run_batch(handle: Callable[[list[Message]], object], batch: list[Message]) -> list[Outcome]:
+    """Call a batch handler with ``batch`` (messages of one channel); each message's outcome.
+    As with :func:`run`, whatever it raises becomes outcomes."""
+    try:
+        result = handle(list(batch))
+        if isinstance(result, Awaitable):
+            getattr(result, "close", lambda: None)()
+            return [Outcome(m, "fail", error="the handler returned an awaitable: declare it async def")
+                    for m in batch]  # fmt: skip
+        return batch_outcomes(batch, result, None)
+    except BaseException as exc:
+        return batch_outcomes(batch, None, exc)
+
+
+def batch_outcomes(batch: list[Message], result: object, exc: BaseException | None) -> list[Outcome]:
+    """What a batch handler's return (``exc`` None) or exception comes to, message by message:
+    a return acks them all; :class:`~django_lonnymq.exceptions.BatchFailed` fails the messages
+    it names (each as its exception asks) and acks the others; any other exception applies to
+    every message, as if each had raised it."""
+    first = batch[0]
+    if exc is None:
+        wrong = not_run(first, result)
+        if wrong is not None:
+            return [Outcome(m, "fail", error=wrong.error) for m in batch]
+        return [acked(m, None) for m in batch]
+    if isinstance(exc, BatchFailed):
+        unknown = sorted(set(exc.failures) - {m.id for m in batch})
+        if unknown:
+            error = f"BatchFailed names message(s) {unknown} that are not in the batch; the whole batch fails"
+            logger.warning("batch of %d message(s) of %s (channel %s): %s", len(batch), first.queue,
+                           first.channel, error)  # fmt: skip
+            return [Outcome(m, "fail", error=error) for m in batch]
+        logger.warning(
+            "batch of %d message(s) of %s (channel %s): %d failed (%s)",
+            len(batch),
+            first.queue,
+            first.channel,
+            len(exc.failures),
+            ", ".join(str(i) for i in sorted(exc.failures)[:10]),
+        )
+        found: list[Outcome] = []
+        for message in batch:
+            failure = exc.failures.get(message.id)
+            if failure is None:
+                found.append(acked(message, None))
+            elif isinstance(failure, str):
+                found.append(Outcome(message, "fail", error=failure))
+            else:
+                found.append(outcome_of(message, failure, quiet=True))
+        return found
+    if not isinstance(exc, (Interrupted, asyncio.CancelledError, Retry, Snooze, Discard)):
+        logger.warning(
+            "batch of %d message(s) of %s (channel %s) failed: %s",
+            len(batch),
+            first.queue,
+            first.channel,
+            short_repr(exc),
+        )
+    return [outcome_of(m, exc, quiet=True) for m in batch]
+
+
 def not_run(message: Message, result: object) -> Outcome | None:
     """A handler whose call returned a generator (or an async generator) ran none of its body:
     the message fails, never acked unrun (a generator function behind a decorator that hid
@@ -166,8 +227,9 @@ def acked(message: Message, result: object) -> Outcome:
     return Outcome(message, "ack", output=output)
 
 
-def outcome_of(message: Message, exc: BaseException) -> Outcome:
-    """What a handler's exception asks for: a retry, a discard, or a failure."""
+def outcome_of(message: Message, exc: BaseException, quiet: bool = False) -> Outcome:
+    """What a handler's exception asks for: a retry, a discard, or a failure (``quiet``: a
+    batch's, logged once for the batch)."""
     if isinstance(exc, Retry):
         try:
             delay_ms = to_ms(exc.delay)
@@ -184,7 +246,7 @@ def outcome_of(message: Message, exc: BaseException) -> Outcome:
         return Outcome(message, "discard", error=exc.reason)
     if isinstance(exc, Suspended) or (message._suspended_on is not None and isinstance(exc, Exception)):
         return Outcome(message, "suspend")
-    if not isinstance(exc, (Interrupted, asyncio.CancelledError)):  # logged by after_interrupt
+    if not quiet and not isinstance(exc, (Interrupted, asyncio.CancelledError)):  # logged by after_interrupt
         logger.warning(
             "message %s of %s failed on attempt %d: %s",
             message.id,

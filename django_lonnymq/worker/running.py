@@ -71,6 +71,8 @@ class Run:
     interrupted_at: float | None = None
     done: bool = False
     abandoned: bool = False
+    # A batch handler's call: every message of its batch (``message`` is the first).
+    batch: list[Message] | None = None
 
 
 class Control:
@@ -111,13 +113,16 @@ class Control:
             if self._runs.get(run.message.id) is run:
                 del self._runs[run.message.id]
 
-    def run(self, message: Message, call: Callable[[], T]) -> tuple[T | None, str | None]:
-        """Run ``call`` on this (handler) thread under control.
+    def run(
+        self, message: Message, call: Callable[[], T], batch: list[Message] | None = None
+    ) -> tuple[T | None, str | None]:
+        """Run ``call`` on this (handler) thread under control (``batch``: a batch handler's
+        call, ``message`` its first message; abandoned, it gives back all of them).
 
         Returns its result (None if an interruption cut it short outside the handler) and the
         interruption raised, if any: TIMEOUT, CANCELLED or None.
         """
-        run = self._begin(message, thread_id=threading.get_ident())
+        run = self._begin(message, thread_id=threading.get_ident(), batch=batch)
         result: T | None = None
         try:
             try:
@@ -131,14 +136,14 @@ class Control:
         return result, run.reason
 
     async def arun(
-        self, message: Message, call: Callable[[], Awaitable[T]]
+        self, message: Message, call: Callable[[], Awaitable[T]], batch: list[Message] | None = None
     ) -> tuple[T | None, str | None, BaseException | None]:
         """Run the coroutine ``call()`` on the event loop under control, as a task of its own
         (so cancelling it cancels the handler only). Returns its result, the interruption
         (TIMEOUT, CANCELLED or None) and the exception it raised, if any."""
         loop = asyncio.get_running_loop()
         task: asyncio.Task[T] = loop.create_task(call())  # type: ignore[arg-type]
-        run = self._begin(message, task=task, loop=loop)
+        run = self._begin(message, task=task, loop=loop, batch=batch)
         try:
             return await task, run.reason, None
         except BaseException as exc:  # noqa: BLE001 - CancelledError included: it is the handler's
@@ -186,7 +191,7 @@ class Control:
                         self._interrupt(run, TIMEOUT, now)
                 elif run.interrupted_at is not None and now >= run.interrupted_at + self.interrupt_grace:
                     run.abandoned = True
-                    abandoned.append(run.message)
+                    abandoned.extend(run.batch or [run.message])
         return abandoned
 
     def due_in(self) -> float | None:
@@ -208,11 +213,11 @@ class EventLoopThread:
     """One thread running an asyncio event loop, with ``concurrency`` consumer tasks taking
     messages from an asyncio queue: the async twin of the worker's handler threads."""
 
-    def __init__(self, concurrency: int, consume: Callable[[Message], Awaitable[None]]):
+    def __init__(self, concurrency: int, consume: Callable[[Message | list[Message]], Awaitable[None]]):
         self.concurrency = concurrency
         self._consume = consume
         self.loop = asyncio.new_event_loop()
-        self._jobs: asyncio.Queue[Message | None] | None = None
+        self._jobs: asyncio.Queue[Message | list[Message] | None] | None = None
         self._ready = threading.Event()
         self.thread = threading.Thread(target=self._main, name="lonnymq-event-loop", daemon=True)
 
@@ -238,8 +243,8 @@ class EventLoopThread:
                 return
             await self._consume(message)
 
-    def submit(self, message: Message | None) -> None:
-        """Hand a message to a free consumer (None stops one consumer). Thread-safe."""
+    def submit(self, message: Message | list[Message] | None) -> None:
+        """Hand a message (or a batch) to a free consumer (None stops one consumer). Thread-safe."""
         assert self._jobs is not None
         self.loop.call_soon_threadsafe(self._jobs.put_nowait, message)
 

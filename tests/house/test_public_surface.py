@@ -11,6 +11,7 @@ import pytest
 import django_lonnymq
 
 TOP_LEVEL = [
+    "BatchFailed",
     "Discard",
     "Event",
     "Item",
