@@ -10,8 +10,10 @@ leased by the dequeue, so each counts against its channel's cap and bucket as an
 a batch never holds more than the channel's cap lets it lease at once.
 
 What a worker may collect is bounded: at most twice ``N x concurrency`` messages per queue
-(:meth:`Collector.room`). With more channels ready at once than that bound serves with full
-batches, batches go out smaller, when their wait ends: fairness between channels first.
+(:meth:`Collector.room`). When that is reached and a thread is free, the batch begun first
+goes out at once rather than at the end of its wait (a thread never idles while collected
+work waits): with more channels ready at once than the bound serves with full batches,
+batches go out smaller, fairness between channels first.
 """
 
 from __future__ import annotations
@@ -87,6 +89,16 @@ class Collector:
             del self._pending[key]
             self._counts[pending.queue] -= len(pending.messages)
         return [pending.messages for _, pending in found]
+
+    def take_oldest(self, queue: str) -> list[Message] | None:
+        """The queue's batch begun first, taken out before its wait ended (a thread is free
+        and the collector is full: waiting longer would only leave the thread idle)."""
+        for key, pending in self._pending.items():
+            if pending.queue == queue:
+                del self._pending[key]
+                self._counts[queue] -= len(pending.messages)
+                return pending.messages
+        return None
 
     def next_due(self) -> float | None:
         """When the next batch's wait ends (monotonic), None when nothing is collected."""

@@ -77,6 +77,8 @@ class Fetcher:
         its collector's room). Returns the calls started (a batch still being collected
         counts as one)."""
         got = 0
+        asked = leased = 0  # messages, across batch handlers' queues
+        any_batched = False
         order = self.queues[self._turn :] + self.queues[: self._turn]
         self._turn = (self._turn + 1) % len(self.queues)
         now = time.monotonic()
@@ -88,6 +90,12 @@ class Fetcher:
                 continue
             batched = self.collector.is_batched(queue_name)
             ask = self.collector.ask(queue_name, want - got) if batched else want - got
+            collected_only = batched and ask <= 0
+            while collected_only and got < want and (oldest := self.collector.take_oldest(queue_name)):
+                # The collector is full and threads are free: its oldest batches go now.
+                self._dispatch([oldest])
+                got += 1
+            any_batched = any_batched or batched
             if ask <= 0:
                 continue
             try:
@@ -111,6 +119,9 @@ class Fetcher:
                 logger.warning("dequeue of queue %s works again", queue_name)
                 del self._backoff[queue_name]
                 self._retry_at.pop(queue_name, None)
+            if batched:
+                asked += ask
+                leased += len(messages)
             if not messages:
                 continue
             self.observers.fetched(messages)
@@ -134,7 +145,8 @@ class Fetcher:
         if got:
             self.leases.fetched()
             self._idle_backoff = 0.0
-        self.came_short = 0 < got < want
+        # A batch queue's call takes many messages: short when it leased fewer than asked.
+        self.came_short = 0 < leased < asked if any_batched else 0 < got < want
         return got
 
     def dispatch_due(self) -> None:
