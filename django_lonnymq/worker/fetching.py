@@ -71,13 +71,15 @@ class Fetcher:
         self._retry_at: dict[str, float] = {}
         self._backoff: dict[str, float] = {}
 
-    def fetch(self, want: int) -> int:
+    def fetch(self, want: int, most: int | None = None) -> int:
         """Lease work for up to ``want`` handler calls across the queues (rotating which goes
         first): a message each, or for a batch handler's queue a full batch each (within
-        its collector's room). Returns the calls started (a batch still being collected
-        counts as one)."""
+        its collector's room; ``most``: at most that many messages in all, a worker's
+        ``max_messages``). Returns the calls started (a batch still being collected counts
+        as one)."""
         got = 0
         asked = leased = 0  # messages, across batch handlers' queues
+        taken = 0  # messages, across all the queues
         any_batched = False
         order = self.queues[self._turn :] + self.queues[: self._turn]
         self._turn = (self._turn + 1) % len(self.queues)
@@ -90,6 +92,8 @@ class Fetcher:
                 continue
             batched = self.collector.is_batched(queue_name)
             ask = self.collector.ask(queue_name, want - got) if batched else want - got
+            if batched and most is not None:
+                ask = min(ask, most - taken)
             collected_only = batched and ask <= 0
             while collected_only and got < want and (oldest := self.collector.take_oldest(queue_name)):
                 # The collector is full and threads are free: its oldest batches go now.
@@ -122,6 +126,7 @@ class Fetcher:
             if batched:
                 asked += ask
                 leased += len(messages)
+            taken += len(messages)
             if not messages:
                 continue
             self.observers.fetched(messages)

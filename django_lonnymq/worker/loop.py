@@ -267,7 +267,8 @@ class Worker(StopOnSignal):
                 wanted = load < self.concurrency
                 if time.monotonic() < self._buffer_paused_until:
                     free = self.concurrency - load
-                got = fetcher.fetch(min(free, self.batch_size, self._quota_left())) if wanted else 0
+                quota = self._quota_left()
+                got = fetcher.fetch(min(free, self.batch_size, quota), most=quota) if wanted else 0
                 # Housekeeping after the fetch: a message that woke us starts before it.
                 self._maintain()
                 if got:

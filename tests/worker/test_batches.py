@@ -76,3 +76,14 @@ def test_an_async_batch_handler_fails_the_whole_call_when_it_raises(spawn, db):
     # The call holding "boom" failed as a whole: each of its messages ran again, no other did.
     boom_call = next(ids for _, ids, _ in found if a[3] in ids)
     assert {m for m, n in runs.items() if n == 2} == set(boom_call), describe(worker)
+
+
+def test_max_messages_counts_a_batch_handlers_messages(spawn, db):
+    queue = "acc_batch"
+    db.track_inflight("solo")
+    enqueue_many(queue, [{"n": n} for n in range(30)], channel="solo")
+    worker = spawn("--queue", queue, "--max-messages", "10", settings=SETTINGS)
+    assert worker.wait(timeout=30) == 0, describe(worker)
+    found = calls(db, queue)
+    assert sum(len(ids) for _, ids, _ in found) == 10, found
+    assert len(db.messages(queue)) == 20 and all(m["attempts"] == 0 for m in db.messages(queue))
