@@ -2,7 +2,7 @@
 
 A :class:`~django_lonnymq.models.Subscription` ``(topic, queue)`` makes ``queue`` a consumer
 group of ``topic``. :func:`publish` writes one message per subscribed queue in one SQL call
-(``lonnymq_publish_v1``), on the caller's connection and transaction, so it commits or rolls
+(``lonnymq_publish_v3``), on the caller's connection and transaction, so it commits or rolls
 back with the caller's rows. Each group's messages are its own: their deliveries, retries,
 dead letters and limits never touch another group's. An event's ``key`` names its channel in
 every group, so a key's events keep their order (strictly with ``max_concurrency=1`` on that
@@ -45,6 +45,7 @@ class Event:
     run_at: datetime | None = None
     dedup_key: str | None = None
     on_duplicate: str | None = None
+    cost: int | None = None
 
 
 def check_topic(topic: Any, field: str = "topic") -> str:
@@ -89,6 +90,7 @@ def publish(
     run_at: datetime | None = None,
     dedup_key: str | None = None,
     on_duplicate: str = "skip",
+    cost: int = 1,
     using: str | None = None,
 ) -> list[int]:
     """Publish one event: one message in every queue subscribed to ``topic``.
@@ -97,9 +99,13 @@ def publish(
     topic has no subscriber: the event is counted as unrouted). ``key`` names the channel
     in each queue (default: ``"default"``); ``dedup_key`` deduplicates within that channel
     of each queue, as :func:`~django_lonnymq.enqueue` does, ``on_duplicate`` included.
+    ``cost`` (1 to 1,000,000) is how many tokens of its channel's and its queue's rate limits
+    each message takes, as with :func:`~django_lonnymq.enqueue`; a cost past the burst of one
+    group's bucket refuses the event in every group.
     """
     arguments.on_duplicate(on_duplicate, dedup_key)
-    event = Event(payload, key=key, run_at=run_at, dedup_key=dedup_key, on_duplicate=on_duplicate)
+    cost = arguments.integer("cost", cost, 1, bounds.MAX_COST)
+    event = Event(payload, key=key, run_at=run_at, dedup_key=dedup_key, on_duplicate=on_duplicate, cost=cost)
     ids = publish_many(topic, [event], using=using)
     return ids[0] if ids else []
 
@@ -111,17 +117,20 @@ def publish_many(
     key: str | None = None,
     run_at: datetime | None = None,
     on_duplicate: str = "skip",
+    cost: int = 1,
     using: str | None = None,
 ) -> list[list[int]]:
     """Publish many events of one topic in one round trip, all or nothing.
 
     Each event is an :class:`Event` or a bare payload (which takes ``key`` and ``run_at``).
     Returns, per event in input order, its message ids in queue-name order. ``on_duplicate``
-    is the mode of the events that set a ``dedup_key`` and no mode of their own.
+    is the mode of the events that set a ``dedup_key`` and no mode of their own, ``cost`` the
+    cost of the events that set none (see :func:`publish`).
     """
     check_topic(topic)
     arguments.default_on_duplicate(on_duplicate)
     arguments.collection("events", events, "events")
+    default_cost = arguments.integer("cost", cost, 1, bounds.MAX_COST)
     aliases = routing.databases_of(using)
     if key is not None:
         arguments.channel(key, "key")
@@ -130,6 +139,7 @@ def publish_many(
     run_ats: list[int | None] = []
     dedup_keys: list[str | None] = []
     modes: list[str] = []
+    costs: list[int] = []
     for index, raw in enumerate(events):
         event = raw if isinstance(raw, Event) else Event(payload=raw)
         where = f"events[{index}]"
@@ -145,6 +155,11 @@ def publish_many(
         run_ats.append(arguments.epoch_ms(f"{where}.run_at", when) if when is not None else None)
         dedup_keys.append(dedup)
         modes.append(mode)
+        costs.append(
+            default_cost
+            if event.cost is None
+            else arguments.integer(f"{where}.cost", event.cost, 1, bounds.MAX_COST)
+        )
     if not payloads:
         return []
     attempts = arguments.integer("max_attempts", settings.MAX_ATTEMPTS, 1, bounds.MAX_ATTEMPTS)
@@ -156,6 +171,7 @@ def publish_many(
         "dedup_keys": dedup_keys if any(d is not None for d in dedup_keys) else None,
         "on_duplicate": modes if any(m != "skip" for m in modes) else None,
         "default_max_attempts": attempts,
+        "costs": costs if any(c != 1 for c in costs) else None,
         **enqueue_params(),
     }
     if len(aliases) > 1:

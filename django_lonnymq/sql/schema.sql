@@ -4608,11 +4608,12 @@ $$;
 -- Publish events to a topic: each event becomes one message in every queue subscribed to it,
 -- in the caller's transaction, through lonnymq_enqueue_many_v3 queue by queue in queue-name
 -- order (so concurrent publishers take their locks in one order). An event's key names its
--- channel in each queue (NULL: 'default'); p_on_duplicate is each event's dedup mode. Returns
--- one row per subscribed queue, with the message ids in event order; no row when the topic
--- has no subscriber, whose events are counted in lonnymq_unrouted instead (their modes
--- checked all the same).
-CREATE FUNCTION lonnymq_publish_v2(
+-- channel in each queue (NULL: 'default'); p_on_duplicate is each event's dedup mode; p_costs
+-- each event's cost in every queue (NULL array or element: 1; a cost past one queue's bucket
+-- refuses the whole publish: lonnymq_check_costs_v1). Returns one row per subscribed queue,
+-- with the message ids in event order; no row when the topic has no subscriber, whose events
+-- are counted in lonnymq_unrouted instead (their modes and costs checked all the same).
+CREATE FUNCTION lonnymq_publish_v3(
     p_topic                text,
     p_keys                 text[],
     p_payloads             jsonb[],
@@ -4621,7 +4622,8 @@ CREATE FUNCTION lonnymq_publish_v2(
     p_on_duplicate         text[]    DEFAULT NULL,
     p_default_max_attempts integer   DEFAULT 5,
     p_priority_step_ms     bigint    DEFAULT 1000,
-    p_tolerance_ms         bigint    DEFAULT 50
+    p_tolerance_ms         bigint    DEFAULT 50,
+    p_costs                integer[] DEFAULT NULL
 ) RETURNS TABLE (queue text, ids bigint[])
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -4637,7 +4639,8 @@ BEGIN
     IF (p_keys IS NOT NULL AND pg_catalog.cardinality(p_keys) <> v_n)
        OR (p_run_at_ms IS NOT NULL AND pg_catalog.cardinality(p_run_at_ms) <> v_n)
        OR (p_dedup_keys IS NOT NULL AND pg_catalog.cardinality(p_dedup_keys) <> v_n)
-       OR (p_on_duplicate IS NOT NULL AND pg_catalog.cardinality(p_on_duplicate) <> v_n) THEN
+       OR (p_on_duplicate IS NOT NULL AND pg_catalog.cardinality(p_on_duplicate) <> v_n)
+       OR (p_costs IS NOT NULL AND pg_catalog.cardinality(p_costs) <> v_n) THEN
         PERFORM lonnymq_raise_invalid_v1('events', 'arrays must all have the same length', v_n::text);
     END IF;
     PERFORM lonnymq_check_list_v1('keys', pg_catalog.array_ndims(p_keys));
@@ -4667,7 +4670,7 @@ BEGIN
         queue := v_queue;
         ids := lonnymq_enqueue_many_v3(v_queue, v_channels, p_payloads, p_run_at_ms, NULL::bigint[],
                                        NULL::integer[], p_dedup_keys, p_on_duplicate, NULL::integer[],
-                                       p_default_max_attempts, p_priority_step_ms, p_tolerance_ms, NULL::integer[]);
+                                       p_default_max_attempts, p_priority_step_ms, p_tolerance_ms, p_costs);
         RETURN NEXT;
     END LOOP;
     IF NOT v_routed THEN
@@ -4684,6 +4687,16 @@ BEGIN
                 CASE WHEN v_bad.mode IN ('skip', 'replace', 'update') THEN 'needs a dedup_key'
                      ELSE 'must be skip, replace or update' END,
                 pg_catalog.quote_literal(v_bad.mode));
+        END IF;
+        PERFORM lonnymq_check_list_v1('costs', pg_catalog.array_ndims(p_costs));
+        SELECT u.cost, u.ord INTO v_bad
+          FROM pg_catalog.unnest(p_costs) WITH ORDINALITY AS u(cost, ord)
+         WHERE coalesce(u.cost, 1) NOT BETWEEN 1 AND 1000000
+         ORDER BY u.ord
+         LIMIT 1;
+        IF FOUND THEN
+            PERFORM lonnymq_raise_invalid_v1(pg_catalog.format('items[%s].cost', v_bad.ord - 1),
+                'must be an integer from 1 to 1000000', v_bad.cost::text);
         END IF;
         INSERT INTO lonnymq_unrouted AS r (topic, events, last_published_at)
         VALUES (p_topic, v_n::bigint, pg_catalog.now())

@@ -262,6 +262,7 @@ def publish(
     run_at_ms: Any,
     tolerance_ms: Any,
     topic: Any,
+    costs: Any,
     on: On = None,
 ) -> list[Row]:
     return rows(
@@ -276,6 +277,7 @@ def publish(
             "run_at_ms": run_at_ms,
             "tolerance_ms": tolerance_ms,
             "topic": topic,
+            "costs": costs,
         },
         on,
         arrays=True,

@@ -228,6 +228,7 @@ def _sql_publish(payloads: list[str]) -> Any:
         default_max_attempts=5,
         priority_step_ms=1000,
         tolerance_ms=50,
+        costs=None,
     )
 
 

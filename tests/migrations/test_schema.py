@@ -123,6 +123,8 @@ RELEASED = {
     "0049_costs.up.sql": "a7262f2bdc75f67738cc33b137f4cd1955f89ab3fac676a7f4b71639c5f5e8dc",
     "0050_strict_order.down.sql": "1b4cd72fd541b1f946c36f028fe95bad2a7619f0dce41bd7b815c321daa6301f",
     "0050_strict_order.up.sql": "b490c36f3b536b8e8b3852582350dd20768d86d84865ffe757bccb151ea7d5ab",
+    "0051_publish_costs.down.sql": "bb1efb974d9ffb79d65e4cafa8abbce775d8af5774227da066e64db060ef75e6",
+    "0051_publish_costs.up.sql": "8596f2cedc713004510dac2ba6e9b0c6744c8ceef7121cfac7dfcda184421a56",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
 
-from django_lonnymq import Event, publish, publish_many, subscribe, topics
+from django_lonnymq import Event, api, bounds, publish, publish_many, subscribe, topics
 from django_lonnymq.exceptions import InvalidArgument, PayloadError, sql_errors
 from django_lonnymq.models import Message, Subscription, Unrouted
 from django_lonnymq.topics import declared, sync_subscriptions, unsubscribe_declared
@@ -136,6 +136,59 @@ def test_bad_input_is_refused_naming_the_field_and_nothing_is_written(groups, ca
     assert type(caught.value) is error
     assert caught.value.field == field
     assert Message.objects.count() == 0 and not Unrouted.objects.exists()
+
+
+def costs_of(ids: list[int]) -> list[int]:
+    return [Message.objects.get(pk=i).cost for i in ids]
+
+
+def test_a_cost_is_stored_on_every_groups_message(groups, statement_binding):
+    assert costs_of(publish("orders.created", {"n": 1}, cost=3)) == [3, 3, 3]
+    assert costs_of(publish("orders.created", {"n": 2})) == [1, 1, 1]
+    events = [Event({"n": 3}, cost=5), Event({"n": 4}), {"n": 5}, Event({"n": 6}, cost=1)]
+    rows = publish_many("orders.created", events, cost=2)
+    # An event's own cost, else the call's, in every group.
+    assert [costs_of(row) for row in rows] == [[5] * 3, [2] * 3, [2] * 3, [1] * 3]
+    rows = publish_many("orders.created", [Event({"n": 7}, cost=bounds.MAX_COST), {"n": 8}])
+    assert [costs_of(row) for row in rows] == [[bounds.MAX_COST] * 3, [1] * 3]
+
+
+@pytest.mark.parametrize("cost", [0, -1, 2.5, True, bounds.MAX_COST + 1, "2"])
+@pytest.mark.parametrize("topic", ["orders.created", "nobody.listens"])
+def test_a_bad_cost_is_refused_naming_the_field_and_nothing_is_written(groups, topic, cost):
+    calls = [
+        (lambda: publish(topic, {}, cost=cost), "cost"),
+        (lambda: publish_many(topic, [{}], cost=cost), "cost"),
+        (lambda: publish_many(topic, [Event({}), Event({}, cost=cost)]), "events[1].cost"),
+    ]
+    for call, field in calls:
+        with pytest.raises(InvalidArgument) as caught:
+            call()
+        assert caught.value.field == field
+    assert Message.objects.count() == 0 and not Unrouted.objects.exists()
+
+
+def test_a_cost_past_one_groups_burst_refuses_the_event_in_every_group(groups):
+    api.configure_channel("emails", "k", rate="5 / min, burst 5")
+    with pytest.raises(InvalidArgument, match=r"burst of channel 'k'.*\(5\)"), transaction.atomic():
+        publish("orders.created", {}, key="k", cost=6)
+    assert Message.objects.count() == 0
+    assert costs_of(publish("orders.created", {}, key="k", cost=5)) == [5, 5, 5]
+
+
+def test_the_sql_function_checks_costs_itself_routed_or_not(groups):
+    """What a caller that skips the Python layer gets, whether the topic has groups or not."""
+    statement = "SELECT count(*) FROM lonnymq_publish_v3(%s, NULL, %s::jsonb[], p_costs => %s::integer[])"
+    bad = [(["{}", "{}"], [1, 0], "items[1].cost"), (["{}"], [1_000_001], "items[0].cost"), (["{}"], [2, 2], "events")]
+    for topic in ("orders.created", "nobody.listens"):
+        for payloads, costs, field in bad:
+            with pytest.raises(InvalidArgument) as caught, transaction.atomic(), sql_errors(), connection.cursor() as cursor:
+                cursor.execute(statement, [topic, payloads, costs])
+            assert caught.value.field == field
+    assert Message.objects.count() == 0 and not Unrouted.objects.exists()
+    with connection.cursor() as cursor:
+        cursor.execute(statement, ["orders.created", ["{}", "{}"], [4, None]])
+    assert sorted(Message.objects.values_list("cost", flat=True)) == [1, 1, 1, 4, 4, 4]
 
 
 def test_the_sql_function_refuses_bad_keys_and_topics_itself():
