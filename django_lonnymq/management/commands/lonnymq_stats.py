@@ -16,7 +16,7 @@ import json
 import signal
 import threading
 from collections import defaultdict
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -123,6 +123,9 @@ class Command(BaseCommand):
     def _round(self, options: dict[str, Any]) -> None:
         # Every database that holds queues (LONNYMQ_QUEUE_DATABASES), or --database alone.
         aliases = databases_of(options["database"])
+        # When the figures were taken (the samples' own time, which their rates are over),
+        # not when this round ended: a slow first round would skew the rates read off it.
+        self._taken_at: datetime | None = None
         rows = []
         for alias in aliases:
             for row in self._rows(options, alias):
@@ -143,7 +146,7 @@ class Command(BaseCommand):
             self.stdout.write(
                 json.dumps(
                     {
-                        "at": timezone.now().isoformat(),
+                        "at": (self._taken_at or timezone.now()).isoformat(),
                         "queues": rows,
                         "workflows": flows,
                         "suspended": suspended,
@@ -169,6 +172,8 @@ class Command(BaseCommand):
         else:
             samples = QueueSample.live(wanted, using=alias)
         rates = self._rates(samples, alias)
+        for sample in samples:
+            self._taken_at = max(self._taken_at or sample.at, sample.at)
         paused = paused_queues(alias)
         return [
             self._row(sample, *rate, queue_paused=sample.queue in paused)
