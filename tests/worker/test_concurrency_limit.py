@@ -5,19 +5,22 @@ from __future__ import annotations
 from collections import Counter
 
 from django_lonnymq import Item, api, enqueue_many
-from tests.worker.conftest import describe
+from tests.worker.conftest import describe, wait_until
 
 
 def test_three_worker_processes_never_exceed_a_channel_limit_of_2(spawn, db):
     api.configure_channel("t_sleep", "capped", max_concurrency=2)
     db.track_inflight("capped", "free")
+    # The three serve before anything is enqueued: on a loaded machine a worker still
+    # importing Django would leave the others to drain it all, and the test see no overlap.
+    workers = [spawn("--queue", "t_sleep", "--concurrency", "3", label=f"worker {n}") for n in range(3)]
+    for worker in workers:
+        worker.wait_for_line(" queues=", timeout=60)
     capped = enqueue_many("t_sleep", [Item({"seconds": 0.25}, channel="capped") for _ in range(14)])
     free = enqueue_many("t_sleep", [Item({"seconds": 0.25}, channel="free") for _ in range(14)])
 
-    workers = [
-        spawn("--queue", "t_sleep", "--burst", "--concurrency", "3", label=f"worker {n}") for n in range(3)
-    ]
-    codes = [w.wait(timeout=60) for w in workers]
+    wait_until(lambda: len(db.events("done", "t_sleep")) >= 28, 60, "the 28 messages to run", *workers)
+    codes = [w.stop() for w in workers]
 
     assert codes == [0, 0, 0], describe(*workers)
     done = db.events("done", "t_sleep")
