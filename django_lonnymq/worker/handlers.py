@@ -173,14 +173,7 @@ class Handlers:
         try:
             found = self._run_batch_controlled(batch)
         except BaseException as exc:  # a bug of ours around the handler, not the handler's
-            self.stats.handler_crashes += 1
-            logger.critical(
-                "handler thread crashed on a batch of %d message(s): %s", len(batch), type(exc).__name__
-            )
-            found = [
-                Outcome(m, "fail", error=f"worker error around the handler: {type(exc).__name__}")
-                for m in batch
-            ]
+            found = self._crashed(batch, exc, "handler thread crashed on")
         self._finished(batch, found, time.monotonic() - began)
         self._current.pop(me, None)
 
@@ -196,6 +189,13 @@ class Handlers:
                 message._batched = True
                 kept.append(message)
         return kept
+
+    def _crashed(self, batch: list[Message], exc: BaseException, where: str) -> list[Outcome]:
+        """A bug of ours around a batch's call: every message of it fails, none is lost."""
+        self.stats.handler_crashes += 1
+        logger.critical("%s a batch of %d message(s): %s", where, len(batch), type(exc).__name__)
+        error = f"worker error around the handler: {type(exc).__name__}"
+        return [Outcome(m, "fail", error=error) for m in batch]
 
     def _finished(self, batch: list[Message], found: list[Outcome], took: float) -> None:
         for outcome in found:
@@ -291,14 +291,7 @@ class Handlers:
             found = [outcomes.after_interrupt(o.message, o, interrupted, timeout)
                      for o in outcomes.batch_outcomes(batch, result, exc)]  # fmt: skip
         except BaseException as exc:  # a bug of ours around the handler, not the handler's
-            self.stats.handler_crashes += 1
-            logger.critical(
-                "event loop crashed around a batch of %d message(s): %s", len(batch), type(exc).__name__
-            )
-            found = [
-                Outcome(m, "fail", error=f"worker error around the handler: {type(exc).__name__}")
-                for m in batch
-            ]
+            found = self._crashed(batch, exc, "event loop crashed around")
         self._finished(batch, found, time.monotonic() - began)
         await self._close_async_connections()
 
