@@ -45,6 +45,7 @@ class Item:
     max_attempts: int | None = None
     on_duplicate: str | None = None
     cost: int | None = None
+    slots: int | None = None
 
 
 def _max_attempts(field: str, value: int | None) -> int:
@@ -68,6 +69,7 @@ def enqueue(
     on_duplicate: str = "skip",
     max_attempts: int | None = None,
     cost: int = 1,
+    slots: int = 1,
     using: str | None = None,
 ) -> int:
     """Enqueue one message into ``queue``/``channel``; returns its id.
@@ -81,6 +83,8 @@ def enqueue(
     Returns the id of the message created or changed (docs/flow-control.md). ``cost`` (1 to
     1,000,000) is how many tokens of its channel's and its queue's rate limits its release
     takes (docs/limits-and-progress.md); more than a bucket's burst is an ``InvalidArgument``.
+    ``slots`` (1 to 1,000,000) is how many units of its channel's and its queue's
+    ``max_concurrency`` it takes while it runs; more than a cap is an ``InvalidArgument``.
     Without ``using`` it runs on the queue's database (``LONNYMQ_QUEUE_DATABASES``, docs/scaling.md).
     """
     arguments.queue(queue)
@@ -93,6 +97,7 @@ def enqueue(
     arguments.on_duplicate(on_duplicate, dedup_key)
     attempts = _max_attempts("max_attempts", max_attempts)
     cost = arguments.integer("cost", cost, 1, bounds.MAX_COST)
+    slots = arguments.integer("slots", slots, 1, bounds.MAX_SLOTS)
     params = {
         "queue": queue,
         "channel": channel,
@@ -104,6 +109,7 @@ def enqueue(
         "on_duplicate": on_duplicate,
         "max_attempts": attempts,
         "cost": cost,
+        "slots": slots,
         **enqueue_params(),
     }
     refuse_cross_database("enqueue", using)
@@ -128,6 +134,7 @@ def enqueue_many(
     on_duplicate: str = "skip",
     max_attempts: int | None = None,
     cost: int = 1,
+    slots: int = 1,
     using: str | None = None,
 ) -> list[int]:
     """Enqueue many messages of one queue, any channels, in one round trip.
@@ -136,7 +143,7 @@ def enqueue_many(
     Returns the ids in input order. All or nothing: one bad item fails the whole call.
     ``on_duplicate`` is the mode of the items that set a ``dedup_key`` and no mode of their
     own; items of one key apply in input order, as that many :func:`enqueue` calls would.
-    ``cost`` is the cost of the items that set none (see :func:`enqueue`). One
+    ``cost`` and ``slots`` are those of the items that set none (see :func:`enqueue`). One
     queue, so one database: the queue's (``LONNYMQ_QUEUE_DATABASES``) unless ``using``.
     """
     arguments.queue(queue)
@@ -146,7 +153,9 @@ def enqueue_many(
     using = queue_database(queue, using)
     default_attempts = _max_attempts("max_attempts", max_attempts)
     default_cost = arguments.integer("cost", cost, 1, bounds.MAX_COST)
+    default_slots = arguments.integer("slots", slots, 1, bounds.MAX_SLOTS)
     costs: list[int] = []
+    slot_counts: list[int] = []
     channels: list[str] = []
     payloads: list[str] = []
     run_ats: list[int | None] = []
@@ -187,6 +196,11 @@ def enqueue_many(
             if item.cost is None
             else arguments.integer(f"{where}.cost", item.cost, 1, bounds.MAX_COST)
         )
+        slot_counts.append(
+            default_slots
+            if item.slots is None
+            else arguments.integer(f"{where}.slots", item.slots, 1, bounds.MAX_SLOTS)
+        )
     if not payloads:
         return []
     params = {
@@ -202,6 +216,7 @@ def enqueue_many(
         "max_attempts": attempts,
         "default_max_attempts": default_attempts,
         "costs": costs if any(c != 1 for c in costs) else None,
+        "slots": slot_counts if any(n != 1 for n in slot_counts) else None,
         **enqueue_params(),
     }
     refuse_cross_database("enqueue_many", using)

@@ -40,6 +40,8 @@ MAX_PRIORITY = 100
 MAX_ATTEMPTS = 1000
 # Tokens of the rate limits one message takes (enqueue(cost=k)).
 MAX_COST = 1_000_000
+# Units of the concurrency caps one message's lease takes (enqueue(slots=k)).
+MAX_SLOTS = 1_000_000
 # LONNYMQ_MAX_SNOOZES: snoozes of one message before a snooze counts as a failed attempt.
 MAX_SNOOZES = 1_000_000
 # Messages a channel releases per round under backlog.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.db import models, router, transaction
 from django.db.models import F, Q
+from django.db.models.functions import Least
 from django.utils import timezone
 
 from .. import statements
@@ -15,6 +16,7 @@ from ..bounds import (
     MAX_QUEUE_NAME,
     MAX_RATE_BURST,
     MAX_RATE_COUNT,
+    MAX_SLOTS,
     MAX_WEIGHT,
 )
 from ..exceptions import ChannelNotDeleted
@@ -108,6 +110,9 @@ class Channel(models.Model):
     blocked_by = models.BigIntegerField(
         null=True, blank=True, help_text="The dead message that blocks this ordered channel."
     )
+    head_slots = models.IntegerField(
+        default=1, editable=False, help_text="Slots its next message takes, as the last release saw it."
+    )
 
     def delete(self, using: str | None = None, keep_parents: bool = False) -> tuple[int, dict[str, int]]:
         """Through ``lonnymq_delete_channel_v1`` (see :func:`_delete_channels`); raises
@@ -192,13 +197,20 @@ class Channel(models.Model):
                 condition=Q(blocked_by__isnull=True) | Q(hold_until__isnull=False),
                 name="lonnymq_channel_blocked_is_held",
             ),
+            models.CheckConstraint(
+                condition=Q(head_slots__gte=1, head_slots__lte=MAX_SLOTS),
+                name="lonnymq_channel_head_slots_range",
+            ),
         ]
         indexes = [
             models.Index(
                 fields=["queue", "next_dequeue_at", "turn"],
                 name="lonnymq_channel_eligible_idx",
                 condition=Q(next_dequeue_at__isnull=False, paused=False)
-                & (Q(max_concurrency__isnull=True) | Q(in_flight__lt=F("max_concurrency"))),
+                & (
+                    Q(max_concurrency__isnull=True)
+                    | Q(max_concurrency__gte=F("in_flight") + Least("head_slots", "max_concurrency"))
+                ),
             ),
             models.Index(
                 fields=["plan", "id"], name="lonnymq_channel_plan_idx", condition=Q(plan__isnull=False)

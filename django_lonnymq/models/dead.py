@@ -46,6 +46,9 @@ class DeadMessage(models.Model):
     cost = models.IntegerField(
         default=1, help_text="Tokens of its channel's and queue's rate limits its release takes."
     )
+    slots = models.IntegerField(
+        default=1, help_text="Units of its channel's and queue's concurrency caps its lease takes."
+    )
 
     class Meta:
         db_table = "lonnymq_dead_message"
@@ -56,6 +59,9 @@ class DeadMessage(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(cost__gte=1, cost__lte=1_000_000), name="lonnymq_dead_message_cost_range"
+            ),
+            models.CheckConstraint(
+                condition=Q(slots__gte=1, slots__lte=1_000_000), name="lonnymq_dead_message_slots_range"
             ),
             models.CheckConstraint(
                 condition=Q(reason__in=["failed", "discarded", "lease_expired", "timeout", "cancelled"]),

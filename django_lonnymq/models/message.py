@@ -43,6 +43,9 @@ class Message(models.Model):
     cost = models.IntegerField(
         default=1, help_text="Tokens of its channel's and queue's rate limits its release takes."
     )
+    slots = models.IntegerField(
+        default=1, help_text="Units of its channel's and queue's concurrency caps its lease takes."
+    )
 
     class Meta:
         db_table = "lonnymq_message"
@@ -52,6 +55,9 @@ class Message(models.Model):
             models.CheckConstraint(condition=Q(snoozes__gte=0), name="lonnymq_message_snoozes_nonnegative"),
             models.CheckConstraint(
                 condition=Q(cost__gte=1, cost__lte=1_000_000), name="lonnymq_message_cost_range"
+            ),
+            models.CheckConstraint(
+                condition=Q(slots__gte=1, slots__lte=1_000_000), name="lonnymq_message_slots_range"
             ),
             models.CheckConstraint(
                 condition=Q(dequeue_at__gte=0, dequeue_at__lte=MAX_EPOCH_MS),

@@ -36,6 +36,11 @@ class QueueConfig(models.Model):
     next_token_at = models.BigIntegerField(null=True, blank=True, editable=False)
     updated_at = models.DateTimeField(default=timezone.now, editable=False)
     paused = models.BooleanField(default=False, help_text="A paused queue's workers take nothing from it.")
+    head_slots = models.IntegerField(
+        default=1,
+        editable=False,
+        help_text="Slots of the first message the last release left out for want of slots.",
+    )
 
     class Meta:
         db_table = "lonnymq_queue_config"
@@ -75,6 +80,10 @@ class QueueConfig(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(in_flight__gte=0), name="lonnymq_queue_config_in_flight_nonnegative"
+            ),
+            models.CheckConstraint(
+                condition=Q(head_slots__gte=1, head_slots__lte=1_000_000),
+                name="lonnymq_queue_config_head_slots_range",
             ),
             models.CheckConstraint(
                 condition=Q(bucket_level__gte=0), name="lonnymq_queue_config_bucket_level_nonnegative"

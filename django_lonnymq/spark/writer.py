@@ -2,7 +2,7 @@
 
 Each Spark task (or any other producer of rows) runs :func:`write_rows` on one iterator of
 ``(channel, payload_json, dedup_key, run_at_ms)`` tuples. Rows go to the database in chunks
-of ``batch_size``: one call of ``lonnymq_enqueue_many_v3`` per chunk (the named query
+of ``batch_size``: one call of ``lonnymq_enqueue_many_v4`` per chunk (the named query
 ``enqueue_many``, the same function Django's ``enqueue_many`` calls), one commit per chunk.
 
 Why a re-run enqueues nothing twice: every row carries a dedup key, and a chunk's messages
@@ -42,7 +42,7 @@ SELECT count(*) FROM lonnymq_message m
 # Delivered only if the chunk commits, so a listener counts committed rows exactly.
 NOTIFY_PROGRESS = "SELECT pg_notify(%(channel)s, %(payload)s)"
 # The export needs the v1 function; a database without it was not migrated.
-ENQUEUE_MANY_EXISTS = "SELECT to_regproc('lonnymq_enqueue_many_v3') IS NOT NULL"
+ENQUEUE_MANY_EXISTS = "SELECT to_regproc('lonnymq_enqueue_many_v4') IS NOT NULL"
 
 # A row the enqueue function refused names itself items[i].<argument> (i from 0 in the chunk).
 ITEM_FIELD = re.compile(r"^items\[(?P<index>\d+)\]\.(?P<argument>\w+)$")
@@ -174,7 +174,7 @@ def check_database(dsn: str) -> None:
     with connect(dsn) as conn:
         if not conn.execute(ENQUEUE_MANY_EXISTS).fetchone()[0]:  # type: ignore[index]
             raise ExportError(
-                f"the database at {describe_dsn(dsn)} has no lonnymq_enqueue_many_v3 function; "
+                f"the database at {describe_dsn(dsn)} has no lonnymq_enqueue_many_v4 function; "
                 "run `python manage.py migrate` against it first"
             )
 
@@ -244,6 +244,7 @@ def _write_chunk(
         "priority_step_ms": config.priority_step_ms,
         "tolerance_ms": config.tolerance_ms,
         "costs": None if config.cost == 1 else [config.cost] * len(keys),
+        "slots": None,
     }
     for attempt in range(RETRIES + 1):
         try:

@@ -5,17 +5,17 @@
 -- another role has created on the search path (tests/integration/test_search_path_attack.py).
 
 -- name: enqueue
-SELECT lonnymq_enqueue_v3(%(queue)s::text, %(channel)s::text, %(payload)s::jsonb, %(run_at_ms)s::bigint,
+SELECT lonnymq_enqueue_v4(%(queue)s::text, %(channel)s::text, %(payload)s::jsonb, %(run_at_ms)s::bigint,
                           %(delay_ms)s::bigint, %(priority)s::integer, %(dedup_key)s::text,
                           %(on_duplicate)s::text, %(max_attempts)s::integer, %(priority_step_ms)s::bigint, %(tolerance_ms)s::bigint,
-                          %(cost)s::integer)
+                          %(cost)s::integer, %(slots)s::integer)
 
 -- name: enqueue_many
-SELECT lonnymq_enqueue_many_v3(%(queue)s::text, %(channels)s::text[], %(payloads)s::jsonb[],
+SELECT lonnymq_enqueue_many_v4(%(queue)s::text, %(channels)s::text[], %(payloads)s::jsonb[],
                                %(run_at_ms)s::bigint[], %(delay_ms)s::bigint[], %(priorities)s::integer[],
                                %(dedup_keys)s::text[], %(on_duplicate)s::text[], %(max_attempts)s::integer[],
                                %(default_max_attempts)s::integer, %(priority_step_ms)s::bigint,
-                               %(tolerance_ms)s::bigint, %(costs)s::integer[])
+                               %(tolerance_ms)s::bigint, %(costs)s::integer[], %(slots)s::integer[])
 
 -- name: enqueue_task
 -- A Django Task: its message and its result row (django_lonnymq.tasks).
@@ -37,10 +37,10 @@ SELECT (k.result).*, k.outcome
 -- enqueue, and the trace context of the recording span around it, in one statement (the
 -- first enqueue of a dedup key keeps its own context).
 WITH m AS MATERIALIZED (
-    SELECT lonnymq_enqueue_v3(%(queue)s::text, %(channel)s::text, %(payload)s::jsonb, %(run_at_ms)s::bigint,
+    SELECT lonnymq_enqueue_v4(%(queue)s::text, %(channel)s::text, %(payload)s::jsonb, %(run_at_ms)s::bigint,
                               %(delay_ms)s::bigint, %(priority)s::integer, %(dedup_key)s::text,
                               %(on_duplicate)s::text, %(max_attempts)s::integer, %(priority_step_ms)s::bigint, %(tolerance_ms)s::bigint,
-                              %(cost)s::integer) AS id
+                              %(cost)s::integer, %(slots)s::integer) AS id
 ), t AS (
     INSERT INTO lonnymq_trace (message_id, context) SELECT m.id, %(context)s::jsonb FROM m
     ON CONFLICT (message_id) DO NOTHING
@@ -49,11 +49,11 @@ SELECT m.id FROM m
 
 -- name: enqueue_many_traced
 WITH m AS MATERIALIZED (
-    SELECT lonnymq_enqueue_many_v3(%(queue)s::text, %(channels)s::text[], %(payloads)s::jsonb[],
+    SELECT lonnymq_enqueue_many_v4(%(queue)s::text, %(channels)s::text[], %(payloads)s::jsonb[],
                                    %(run_at_ms)s::bigint[], %(delay_ms)s::bigint[], %(priorities)s::integer[],
                                    %(dedup_keys)s::text[], %(on_duplicate)s::text[], %(max_attempts)s::integer[],
                                    %(default_max_attempts)s::integer, %(priority_step_ms)s::bigint,
-                                   %(tolerance_ms)s::bigint, %(costs)s::integer[]) AS ids
+                                   %(tolerance_ms)s::bigint, %(costs)s::integer[], %(slots)s::integer[]) AS ids
 ), t AS (
     INSERT INTO lonnymq_trace (message_id, context)
     SELECT i.id, %(context)s::jsonb FROM m CROSS JOIN LATERAL pg_catalog.unnest(m.ids) AS i(id)

@@ -149,7 +149,12 @@ CREATE TABLE lonnymq_channel (
     ordered             boolean     NOT NULL DEFAULT false,
     hold_until          bigint      NULL,
     blocked_by          bigint      NULL,
+    -- The slots (enqueue(slots=k)) its next waiting message takes, as the last dequeue that
+    -- visited it saw: a capped channel is eligible while that many are free (at most its cap:
+    -- once its cap is free, a message that asks more than a smaller cap still runs).
+    head_slots          integer     NOT NULL DEFAULT 1,
     CONSTRAINT lonnymq_channel_ordered_one_at_a_time CHECK (NOT ordered OR max_concurrency = 1),
+    CONSTRAINT lonnymq_channel_head_slots_range CHECK (head_slots BETWEEN 1 AND 1000000),
     CONSTRAINT lonnymq_channel_hold_range CHECK (hold_until BETWEEN 0 AND 253402300799999),
     CONSTRAINT lonnymq_channel_blocked_is_held CHECK (blocked_by IS NULL OR hold_until IS NOT NULL)
 ) WITH (
@@ -162,11 +167,12 @@ CREATE TABLE lonnymq_channel (
 );
 
 -- The scheduler's one index: channels that may release now, in round-robin order.
--- Invariant: a channel holding a ready message is in this index, or paused, or at its cap.
+-- Invariant: a channel holding a ready message is in this index, or paused, or at its cap
+-- (no room for the slots of its next message: head_slots).
 CREATE INDEX lonnymq_channel_eligible_idx ON lonnymq_channel (queue, next_dequeue_at, turn)
     WHERE next_dequeue_at IS NOT NULL
       AND NOT paused
-      AND (max_concurrency IS NULL OR in_flight < max_concurrency);
+      AND (max_concurrency IS NULL OR in_flight + least(head_slots, max_concurrency) <= max_concurrency);
 
 -- Ordered channels a dead message blocks, by queue (api.blocked_channels, the admin).
 CREATE INDEX lonnymq_channel_blocked_idx ON lonnymq_channel (queue, name) WHERE blocked_by IS NOT NULL;
@@ -206,8 +212,11 @@ CREATE TABLE lonnymq_message (
     snoozes       integer     NOT NULL DEFAULT 0,
     -- Tokens of its channel's (and its queue's) token bucket a release takes (enqueue(cost=k)).
     cost          integer     NOT NULL DEFAULT 1,
+    -- Units of its channel's (and its queue's) concurrency cap a lease takes (enqueue(slots=k)).
+    slots         integer     NOT NULL DEFAULT 1,
     CONSTRAINT lonnymq_message_attempts_nonnegative CHECK (attempts >= 0),
     CONSTRAINT lonnymq_message_cost_range CHECK (cost BETWEEN 1 AND 1000000),
+    CONSTRAINT lonnymq_message_slots_range CHECK (slots BETWEEN 1 AND 1000000),
     CONSTRAINT lonnymq_message_snoozes_nonnegative CHECK (snoozes >= 0),
     -- 1970-01-01 to 9999-12-31: every release time is a date Python and the admin can show.
     CONSTRAINT lonnymq_message_dequeue_at_range CHECK (dequeue_at BETWEEN 0 AND 253402300799999),
@@ -301,8 +310,10 @@ CREATE TABLE lonnymq_dead_message (
     last_error    text        NULL,
     snoozes       integer     NOT NULL DEFAULT 0,
     cost          integer     NOT NULL DEFAULT 1,
+    slots         integer     NOT NULL DEFAULT 1,
     CONSTRAINT lonnymq_dead_message_snoozes_nonnegative CHECK (snoozes >= 0),
     CONSTRAINT lonnymq_dead_message_cost_range CHECK (cost BETWEEN 1 AND 1000000),
+    CONSTRAINT lonnymq_dead_message_slots_range CHECK (slots BETWEEN 1 AND 1000000),
     CONSTRAINT lonnymq_dead_message_reason_known
         CHECK (reason IN ('failed', 'discarded', 'lease_expired', 'timeout', 'cancelled'))
 );
@@ -335,6 +346,10 @@ CREATE TABLE lonnymq_queue_config (
     updated_at       timestamptz NOT NULL DEFAULT now(),
     -- Paused: its dequeues release nothing (api.pause_queue / resume_queue).
     paused           boolean     NOT NULL DEFAULT false,
+    -- The slots of the first message the last dequeue left out for want of the queue's free
+    -- slots (1 otherwise): idle workers wait until that many are free (at most the cap).
+    head_slots       integer     NOT NULL DEFAULT 1,
+    CONSTRAINT lonnymq_queue_config_head_slots_range CHECK (head_slots BETWEEN 1 AND 1000000),
     CONSTRAINT lonnymq_queue_config_queue_length CHECK (char_length(queue) BETWEEN 1 AND 100),
     CONSTRAINT lonnymq_queue_config_queue_not_blank CHECK (queue ~ '\S'),
     CONSTRAINT lonnymq_queue_config_max_concurrency_positive
@@ -939,8 +954,8 @@ END
 $$;
 
 -- A keyed enqueue in mode 'replace' or 'update' (or 'skip', for a batch that mixes modes on
--- its keys): the one place that rule lives, for lonnymq_enqueue_v3 and
--- lonnymq_enqueue_many_v3. The caller has checked the row, holds the channel's shared
+-- its keys): the one place that rule lives, for lonnymq_enqueue_v4 and
+-- lonnymq_enqueue_many_v4 ('replace' takes the new cost and slots, 'update' keeps them). The caller has checked the row, holds the channel's shared
 -- advisory lock and drew p_new_id for the row. The key's message is looked at as of now:
 -- - no key (or the key was pruned, cancelled or its enqueue rolled back): a new message;
 -- - 'skip': the key's message id, whatever became of that message (today's dedup);
@@ -955,7 +970,7 @@ $$;
 -- finds it leased. No lock is taken on a running message, so its ack never waits for a
 -- producer's transaction. Returns the message id and the release time to wake the channel
 -- for (NULL: none needed).
-CREATE FUNCTION lonnymq_enqueue_keyed_v2(
+CREATE FUNCTION lonnymq_enqueue_keyed_v3(
     p_channel_id    bigint,
     p_dedup_key     text,
     p_on_duplicate  text,
@@ -965,6 +980,7 @@ CREATE FUNCTION lonnymq_enqueue_keyed_v2(
     p_priority      integer,
     p_max_attempts  integer,
     p_cost          integer,
+    p_slots         integer,
     OUT id          bigint,
     OUT wake_at     bigint
 )
@@ -979,8 +995,9 @@ BEGIN
         VALUES (p_channel_id, p_dedup_key, p_new_id)
         ON CONFLICT (channel_id, dedup_key) DO NOTHING;
         IF FOUND THEN
-            INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key, cost)
-            VALUES (p_new_id, p_channel_id, p_payload, p_dequeue_at, p_priority, p_max_attempts, p_dedup_key, p_cost);
+            INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key, cost, slots)
+            VALUES (p_new_id, p_channel_id, p_payload, p_dequeue_at, p_priority, p_max_attempts, p_dedup_key, p_cost,
+                    p_slots);
             id := p_new_id;
             wake_at := p_dequeue_at;
             RETURN;
@@ -1000,7 +1017,7 @@ BEGIN
         ELSIF p_on_duplicate = 'replace' THEN
             UPDATE lonnymq_message m
                SET payload = p_payload, dequeue_at = p_dequeue_at, priority = p_priority,
-                   max_attempts = p_max_attempts, cost = p_cost
+                   max_attempts = p_max_attempts, cost = p_cost, slots = p_slots
              WHERE m.id = v_held AND m.lease_until IS NULL;
             IF FOUND THEN
                 wake_at := p_dequeue_at;
@@ -1014,8 +1031,8 @@ BEGIN
             END IF;
         END IF;
         -- Running or gone: one new waiting message, which the key names from now on.
-        INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key, cost)
-        VALUES (p_new_id, p_channel_id, p_payload, p_dequeue_at, p_priority, p_max_attempts, p_dedup_key, p_cost);
+        INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key, cost, slots)
+        VALUES (p_new_id, p_channel_id, p_payload, p_dequeue_at, p_priority, p_max_attempts, p_dedup_key, p_cost, p_slots);
         UPDATE lonnymq_dedup d SET message_id = p_new_id, created_at = pg_catalog.now()
          WHERE d.channel_id = p_channel_id AND d.dedup_key = p_dedup_key;
         id := p_new_id;
@@ -1025,6 +1042,28 @@ BEGIN
     RAISE EXCEPTION 'dedup key % kept changing under this enqueue; retry the transaction', p_dedup_key
         USING ERRCODE = '40001';
 END
+$$;
+
+-- lonnymq_enqueue_keyed_v3 at one slot per message: the Task functions' keyed enqueue.
+CREATE FUNCTION lonnymq_enqueue_keyed_v2(
+    p_channel_id    bigint,
+    p_dedup_key     text,
+    p_on_duplicate  text,
+    p_new_id        bigint,
+    p_payload       jsonb,
+    p_dequeue_at    bigint,
+    p_priority      integer,
+    p_max_attempts  integer,
+    p_cost          integer,
+    OUT id          bigint,
+    OUT wake_at     bigint
+)
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT k.id, k.wake_at
+      FROM lonnymq_enqueue_keyed_v3(p_channel_id, p_dedup_key, p_on_duplicate, p_new_id, p_payload, p_dequeue_at,
+                                    p_priority, p_max_attempts, p_cost, 1) k
 $$;
 
 -- A message that costs more than its channel's (or its queue's) token bucket can ever hold
@@ -1064,14 +1103,52 @@ BEGIN
 END
 $$;
 
+-- A message that asks more slots than its channel's (or its queue's) concurrency cap could
+-- never run: refused (LQ001, field slots) before anything is written. Called only for slots
+-- above 1, so a queue that never uses them pays nothing. A cap configured smaller later runs
+-- such a message once the cap is all free (the dequeue counts it at most the cap).
+CREATE FUNCTION lonnymq_check_slots_v1(p_queue text, p_channel_ids bigint[], p_slots integer[], p_batch boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_bad record;
+BEGIN
+    SELECT u.slots, u.ord, c.name, c.max_concurrency AS cap, 'channel' AS kind INTO v_bad
+      FROM ROWS FROM (pg_catalog.unnest(p_channel_ids), pg_catalog.unnest(p_slots)) WITH ORDINALITY AS u(channel_id, slots, ord)
+      JOIN lonnymq_channel c ON c.id = u.channel_id
+     WHERE u.slots > 1 AND c.max_concurrency IS NOT NULL AND u.slots > c.max_concurrency
+     ORDER BY u.ord
+     LIMIT 1;
+    IF NOT FOUND THEN
+        SELECT u.slots, u.ord, p_queue AS name, qc.max_concurrency AS cap, 'queue' AS kind INTO v_bad
+          FROM pg_catalog.unnest(p_slots) WITH ORDINALITY AS u(slots, ord)
+          JOIN lonnymq_queue_config qc ON qc.queue = p_queue
+         WHERE qc.max_concurrency IS NOT NULL AND u.slots > qc.max_concurrency
+         ORDER BY u.ord
+         LIMIT 1;
+    END IF;
+    IF v_bad.slots IS NOT NULL THEN
+        PERFORM lonnymq_raise_invalid_v1(CASE WHEN p_batch THEN pg_catalog.format('items[%s].slots', v_bad.ord - 1)
+                                              ELSE 'slots' END,
+            pg_catalog.format('must be at most the max_concurrency of %s %s (%s): a message that takes more slots could never run',
+                              v_bad.kind, pg_catalog.quote_literal(v_bad.name), v_bad.cap),
+            v_bad.slots::text);
+    END IF;
+END
+$$;
+
 -- One message with a dedup mode (docs/flow-control.md): the one single enqueue (api.enqueue,
 -- a Django Task's message, a schedule's tick, a workflow's on_failure message). p_on_duplicate
 -- is 'skip' (the key's first message stands), 'replace' (debounce) or 'update' (throttle); see
 -- lonnymq_enqueue_keyed_v2. A mode other than 'skip'
 -- needs a dedup key. p_cost: the tokens of the channel's and the queue's token buckets its
 -- release takes (1 to 1,000,000; more than a bucket's burst is refused while the bucket
--- exists). Returns the id of the message the enqueue created or changed.
-CREATE FUNCTION lonnymq_enqueue_v3(
+-- exists). p_slots: the units of the channel's and the queue's concurrency caps its lease
+-- takes (1 to 1,000,000; more than a cap is refused while the cap exists). Returns the id of
+-- the message the enqueue created or changed.
+CREATE FUNCTION lonnymq_enqueue_v4(
     p_queue             text,
     p_channel           text,
     p_payload           jsonb,
@@ -1083,7 +1160,8 @@ CREATE FUNCTION lonnymq_enqueue_v3(
     p_max_attempts      integer DEFAULT 5,
     p_priority_step_ms  bigint  DEFAULT 1000,
     p_tolerance_ms      bigint  DEFAULT 50,
-    p_cost              integer DEFAULT 1
+    p_cost              integer DEFAULT 1,
+    p_slots             integer DEFAULT 1
 ) RETURNS bigint
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -1118,6 +1196,9 @@ BEGIN
     IF p_cost IS NULL OR p_cost NOT BETWEEN 1 AND 1000000 THEN
         PERFORM lonnymq_raise_invalid_v1('cost', 'must be an integer from 1 to 1000000', coalesce(p_cost::text, 'null'));
     END IF;
+    IF p_slots IS NULL OR p_slots NOT BETWEEN 1 AND 1000000 THEN
+        PERFORM lonnymq_raise_invalid_v1('slots', 'must be an integer from 1 to 1000000', coalesce(p_slots::text, 'null'));
+    END IF;
     v_dequeue_at := lonnymq_dequeue_at_v1(v_now, p_run_at_ms, p_delay_ms, p_priority, p_priority_step_ms);
     v_channel_id := lonnymq_channel_id_v1(p_queue, p_channel);
 
@@ -1132,6 +1213,9 @@ BEGIN
     END IF;
     IF p_cost > 1 THEN
         PERFORM lonnymq_check_costs_v1(p_queue, ARRAY[v_channel_id], ARRAY[p_cost], false);
+    END IF;
+    IF p_slots > 1 THEN
+        PERFORM lonnymq_check_slots_v1(p_queue, ARRAY[v_channel_id], ARRAY[p_slots], false);
     END IF;
 
     IF p_dedup_key IS NULL THEN
@@ -1152,36 +1236,60 @@ BEGIN
         END IF;
     ELSE
         SELECT k.id, k.wake_at INTO v_id, v_wake_at
-          FROM lonnymq_enqueue_keyed_v2(v_channel_id, p_dedup_key, p_on_duplicate,
+          FROM lonnymq_enqueue_keyed_v3(v_channel_id, p_dedup_key, p_on_duplicate,
                                         pg_catalog.nextval('lonnymq_message_id_seq'), p_payload,
-                                        v_dequeue_at, p_priority, p_max_attempts, p_cost) k;
+                                        v_dequeue_at, p_priority, p_max_attempts, p_cost, p_slots) k;
         IF v_wake_at IS NOT NULL THEN
             PERFORM lonnymq_mark_v1(p_queue, v_channel_id, v_wake_at, p_tolerance_ms);
         END IF;
         RETURN v_id;
     END IF;
 
-    INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key, cost)
-    VALUES (v_id, v_channel_id, p_payload, v_dequeue_at, p_priority, p_max_attempts, p_dedup_key, p_cost);
+    INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key, cost, slots)
+    VALUES (v_id, v_channel_id, p_payload, v_dequeue_at, p_priority, p_max_attempts, p_dedup_key, p_cost, p_slots);
 
     PERFORM lonnymq_mark_v1(p_queue, v_channel_id, v_dequeue_at, p_tolerance_ms);
     RETURN v_id;
 END
 $$;
 
+-- lonnymq_enqueue_v4 at one slot per message: the Task, schedule and workflow functions'
+-- single enqueue.
+CREATE FUNCTION lonnymq_enqueue_v3(
+    p_queue             text,
+    p_channel           text,
+    p_payload           jsonb,
+    p_run_at_ms         bigint  DEFAULT NULL,
+    p_delay_ms          bigint  DEFAULT NULL,
+    p_priority          integer DEFAULT 0,
+    p_dedup_key         text    DEFAULT NULL,
+    p_on_duplicate      text    DEFAULT 'skip',
+    p_max_attempts      integer DEFAULT 5,
+    p_priority_step_ms  bigint  DEFAULT 1000,
+    p_tolerance_ms      bigint  DEFAULT 50,
+    p_cost              integer DEFAULT 1
+) RETURNS bigint
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT lonnymq_enqueue_v4(p_queue, p_channel, p_payload, p_run_at_ms, p_delay_ms, p_priority, p_dedup_key,
+                              p_on_duplicate, p_max_attempts, p_priority_step_ms, p_tolerance_ms, p_cost, 1)
+$$;
+
 -- Many messages of one queue, any channels, in one call. Returns the ids in input order (the
 -- existing id where a dedup key repeats, also within the batch). NULL arrays mean "defaults
 -- for every row". Channels are created in name order and locked in id order, and dedup keys
 -- are claimed in (channel, key) order, so concurrent batches never deadlock, whatever their
--- row order. p_costs: each row's cost (NULL array or element: 1; see lonnymq_enqueue_v3).
+-- row order. p_costs and p_slots: each row's cost and slots (NULL array or element: 1; see
+-- lonnymq_enqueue_v4).
 -- p_on_duplicate is each row's dedup mode ('skip', 'replace' or 'update'; a NULL
 -- array or element: 'skip'). A batch whose rows all skip runs as one set-based statement
 -- (lonnymq_enqueue_many_v1's, unchanged). A batch with a 'replace' or 'update' row
 -- inserts its keyless rows in that statement and applies its keyed rows through
--- lonnymq_enqueue_keyed_v2 one at a time, in (channel, key, input) order, each with the id
+-- lonnymq_enqueue_keyed_v3 one at a time, in (channel, key, input) order, each with the id
 -- drawn for it in input order: the rows of one key behave as that many enqueues in input
 -- order would, and every row gets the id of the message its enqueue created or changed.
-CREATE FUNCTION lonnymq_enqueue_many_v3(
+CREATE FUNCTION lonnymq_enqueue_many_v4(
     p_queue            text,
     p_channels         text[],
     p_payloads         jsonb[],
@@ -1194,7 +1302,8 @@ CREATE FUNCTION lonnymq_enqueue_many_v3(
     p_default_max_attempts integer DEFAULT 5,
     p_priority_step_ms bigint    DEFAULT 1000,
     p_tolerance_ms     bigint    DEFAULT 50,
-    p_costs            integer[] DEFAULT NULL
+    p_costs            integer[] DEFAULT NULL,
+    p_slots            integer[] DEFAULT NULL
 ) RETURNS bigint[]
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -1223,6 +1332,7 @@ DECLARE
     v_k_priorities   integer[];
     v_k_attempts     integer[];
     v_k_costs        integer[];
+    v_k_slots        integer[];
     v_k_wake_ids     bigint[] := ARRAY[]::bigint[];
     v_k_wake_ats     bigint[] := ARRAY[]::bigint[];
 BEGIN
@@ -1233,7 +1343,8 @@ BEGIN
        OR (p_dedup_keys IS NOT NULL AND pg_catalog.cardinality(p_dedup_keys) <> v_n)
        OR (p_on_duplicate IS NOT NULL AND pg_catalog.cardinality(p_on_duplicate) <> v_n)
        OR (p_max_attempts IS NOT NULL AND pg_catalog.cardinality(p_max_attempts) <> v_n)
-       OR (p_costs IS NOT NULL AND pg_catalog.cardinality(p_costs) <> v_n) THEN
+       OR (p_costs IS NOT NULL AND pg_catalog.cardinality(p_costs) <> v_n)
+       OR (p_slots IS NOT NULL AND pg_catalog.cardinality(p_slots) <> v_n) THEN
         PERFORM lonnymq_raise_invalid_v1('items', 'arrays must all have the same length', v_n::text);
     END IF;
     PERFORM lonnymq_check_list_v1('channels', pg_catalog.array_ndims(p_channels));
@@ -1245,6 +1356,7 @@ BEGIN
     PERFORM lonnymq_check_list_v1('on_duplicate', pg_catalog.array_ndims(p_on_duplicate));
     PERFORM lonnymq_check_list_v1('max_attempts', pg_catalog.array_ndims(p_max_attempts));
     PERFORM lonnymq_check_list_v1('costs', pg_catalog.array_ndims(p_costs));
+    PERFORM lonnymq_check_list_v1('slots', pg_catalog.array_ndims(p_slots));
     IF v_n = 0 THEN
         RETURN ARRAY[]::bigint[];
     END IF;
@@ -1278,6 +1390,7 @@ BEGIN
         OR (u.run_at IS NOT NULL AND u.delay IS NOT NULL)
         OR (coalesce(u.priority, 0) > 0 AND coalesce(u.run_at, v_now + coalesce(u.delay, 0)) > v_now)
         OR coalesce(p_costs[u.ord], 1) NOT BETWEEN 1 AND 1000000
+        OR coalesce(p_slots[u.ord], 1) NOT BETWEEN 1 AND 1000000
      ORDER BY u.ord
      LIMIT 1;
     IF FOUND THEN
@@ -1305,6 +1418,9 @@ BEGIN
         ELSIF coalesce(p_costs[v_bad.ord], 1) NOT BETWEEN 1 AND 1000000 THEN
             PERFORM lonnymq_raise_invalid_v1(pg_catalog.format('items[%s].cost', v_bad.ord - 1),
                 'must be an integer from 1 to 1000000', p_costs[v_bad.ord]::text);
+        ELSIF coalesce(p_slots[v_bad.ord], 1) NOT BETWEEN 1 AND 1000000 THEN
+            PERFORM lonnymq_raise_invalid_v1(pg_catalog.format('items[%s].slots', v_bad.ord - 1),
+                'must be an integer from 1 to 1000000', p_slots[v_bad.ord]::text);
         ELSE
             -- Priority, delay or run time: the same checks and errors as a single enqueue.
             PERFORM lonnymq_dequeue_at_v1(v_now, v_bad.run_at, v_bad.delay, coalesce(v_bad.priority, 0),
@@ -1347,6 +1463,16 @@ BEGIN
                  ON f.name = u.name),
             p_costs, true);
     END IF;
+    -- Slots above 1 only, likewise.
+    IF p_slots IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.unnest(p_slots) AS u(slots) WHERE u.slots > 1) THEN
+        PERFORM lonnymq_check_slots_v1(
+            p_queue,
+            (SELECT pg_catalog.array_agg(f.id ORDER BY u.ord)
+               FROM pg_catalog.unnest(p_channels) WITH ORDINALITY AS u(name, ord)
+               JOIN ROWS FROM (pg_catalog.unnest(v_channel_ids), pg_catalog.unnest(v_channel_names)) AS f(id, name)
+                 ON f.name = u.name),
+            p_slots, true);
+    END IF;
 
     -- One statement: stage the rows in memory with their ids drawn in input order (the sorted
     -- subquery), so a batch keeps FIFO within a channel; claim the dedup keys in (channel,
@@ -1360,7 +1486,8 @@ BEGIN
                            - coalesce(u.priority, 0)::bigint * p_priority_step_ms AS dequeue_at,
                        coalesce(u.priority, 0) AS priority, u.dedup_key,
                        coalesce(u.max_attempts, p_default_max_attempts) AS max_attempts,
-                       coalesce(u.on_duplicate, 'skip') AS on_duplicate, coalesce(p_costs[u.ord], 1) AS cost
+                       coalesce(u.on_duplicate, 'skip') AS on_duplicate, coalesce(p_costs[u.ord], 1) AS cost,
+                       coalesce(p_slots[u.ord], 1) AS slots
                   FROM ROWS FROM (pg_catalog.unnest(p_channels),
                                   pg_catalog.unnest(p_payloads),
                                   pg_catalog.unnest(coalesce(p_run_at_ms, pg_catalog.array_fill(NULL::bigint, ARRAY[v_n]))),
@@ -1381,8 +1508,8 @@ BEGIN
         ON CONFLICT (channel_id, dedup_key) DO NOTHING
         RETURNING message_id
     ), inserted AS (
-        INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key, cost)
-        SELECT r.new_id, r.channel_id, r.payload, r.dequeue_at, r.priority, r.max_attempts, r.dedup_key, r.cost
+        INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, max_attempts, dedup_key, cost, slots)
+        SELECT r.new_id, r.channel_id, r.payload, r.dequeue_at, r.priority, r.max_attempts, r.dedup_key, r.cost, r.slots
           FROM rows r
          WHERE r.dedup_key IS NULL OR (NOT v_keyed AND r.new_id IN (SELECT c.message_id FROM claimed c))
         RETURNING id, channel_id, dequeue_at
@@ -1397,10 +1524,11 @@ BEGIN
            (SELECT pg_catalog.array_agg(i.id) FROM inserted i),
            (SELECT pg_catalog.array_agg(w.channel_id ORDER BY w.channel_id) FROM woken w),
            (SELECT pg_catalog.array_agg(w.at ORDER BY w.channel_id) FROM woken w),
-           k.ords, k.channels, k.keys, k.modes, k.new_ids, k.payloads, k.ats, k.priorities, k.attempts, k.costs
+           k.ords, k.channels, k.keys, k.modes, k.new_ids, k.payloads, k.ats, k.priorities, k.attempts, k.costs,
+           k.slots
       INTO v_ids, v_row_channels, v_inserted_ids, v_wake_ids, v_wake_ats,
            v_k_ords, v_k_channels, v_k_keys, v_k_modes, v_k_new_ids, v_k_payloads, v_k_ats, v_k_priorities,
-           v_k_attempts, v_k_costs
+           v_k_attempts, v_k_costs, v_k_slots
       FROM (SELECT pg_catalog.array_agg(k.ord ORDER BY k.channel_id, k.dedup_key, k.ord) AS ords,
                    pg_catalog.array_agg(k.channel_id ORDER BY k.channel_id, k.dedup_key, k.ord) AS channels,
                    pg_catalog.array_agg(k.dedup_key ORDER BY k.channel_id, k.dedup_key, k.ord) AS keys,
@@ -1410,7 +1538,8 @@ BEGIN
                    pg_catalog.array_agg(k.dequeue_at ORDER BY k.channel_id, k.dedup_key, k.ord) AS ats,
                    pg_catalog.array_agg(k.priority ORDER BY k.channel_id, k.dedup_key, k.ord) AS priorities,
                    pg_catalog.array_agg(k.max_attempts ORDER BY k.channel_id, k.dedup_key, k.ord) AS attempts,
-                   pg_catalog.array_agg(k.cost ORDER BY k.channel_id, k.dedup_key, k.ord) AS costs
+                   pg_catalog.array_agg(k.cost ORDER BY k.channel_id, k.dedup_key, k.ord) AS costs,
+                   pg_catalog.array_agg(k.slots ORDER BY k.channel_id, k.dedup_key, k.ord) AS slots
               FROM keyed k) k;
 
     -- A batch with modes: its keyed rows one at a time, in (channel, key, input) order, so
@@ -1419,9 +1548,9 @@ BEGIN
     IF v_k_ords IS NOT NULL THEN
         FOR i IN 1 .. pg_catalog.cardinality(v_k_ords) LOOP
             SELECT k.id, k.wake_at INTO v_got
-              FROM lonnymq_enqueue_keyed_v2(v_k_channels[i], v_k_keys[i], v_k_modes[i], v_k_new_ids[i],
+              FROM lonnymq_enqueue_keyed_v3(v_k_channels[i], v_k_keys[i], v_k_modes[i], v_k_new_ids[i],
                                             v_k_payloads[i], v_k_ats[i], v_k_priorities[i], v_k_attempts[i],
-                                            v_k_costs[i]) k;
+                                            v_k_costs[i], v_k_slots[i]) k;
             v_ids[v_k_ords[i]::integer] := v_got.id;
             IF v_got.wake_at IS NOT NULL THEN
                 v_k_wake_ids := pg_catalog.array_append(v_k_wake_ids, v_k_channels[i]);
@@ -1463,6 +1592,30 @@ BEGIN
     END IF;
     RETURN v_ids;
 END
+$$;
+
+-- lonnymq_enqueue_many_v4 at one slot per message: lonnymq_publish_v3's enqueue.
+CREATE FUNCTION lonnymq_enqueue_many_v3(
+    p_queue            text,
+    p_channels         text[],
+    p_payloads         jsonb[],
+    p_run_at_ms        bigint[]  DEFAULT NULL,
+    p_delay_ms         bigint[]  DEFAULT NULL,
+    p_priorities       integer[] DEFAULT NULL,
+    p_dedup_keys       text[]    DEFAULT NULL,
+    p_on_duplicate     text[]    DEFAULT NULL,
+    p_max_attempts     integer[] DEFAULT NULL,
+    p_default_max_attempts integer DEFAULT 5,
+    p_priority_step_ms bigint    DEFAULT 1000,
+    p_tolerance_ms     bigint    DEFAULT 50,
+    p_costs            integer[] DEFAULT NULL
+) RETURNS bigint[]
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT lonnymq_enqueue_many_v4(p_queue, p_channels, p_payloads, p_run_at_ms, p_delay_ms, p_priorities, p_dedup_keys,
+                                   p_on_duplicate, p_max_attempts, p_default_max_attempts, p_priority_step_ms,
+                                   p_tolerance_ms, p_costs, NULL::integer[])
 $$;
 
 -- A Django Task in one call (django_lonnymq.tasks): its message, then its result row, so an
@@ -1760,7 +1913,7 @@ BEGIN
                         AND c.next_dequeue_at <= p_now
                         AND c.next_dequeue_at IS NOT NULL
                         AND NOT c.paused
-                        AND (c.max_concurrency IS NULL OR c.in_flight < c.max_concurrency)
+                        AND (c.max_concurrency IS NULL OR c.in_flight + least(c.head_slots, c.max_concurrency) <= c.max_concurrency)
                         AND c.max_concurrency IS NULL
                         AND c.release_interval_ms = 0
                         AND c.rate_count IS NULL
@@ -1927,6 +2080,13 @@ DECLARE
     v_need        bigint;
     v_holds       bigint[];
     v_buckets     boolean;
+    v_caps        integer[];
+    v_slot_rooms  integer[];
+    v_msg_slots   integer[];
+    v_next_slots  integer[];
+    v_head_slots  integer[];
+    v_q_keep      integer;
+    v_q_slot_need integer := 1;
 BEGIN
     IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'dequeue needs READ COMMITTED, the session runs %', pg_catalog.current_setting('transaction_isolation')
@@ -1999,11 +2159,12 @@ BEGIN
                pg_catalog.array_agg(p.level),
                pg_catalog.array_agg(p.rate_burst),
                pg_catalog.array_agg(p.level / p.rate_period_ms), pg_catalog.bool_or(p.level IS NOT NULL),
-               pg_catalog.sum(p.weight - p.round_used), pg_catalog.sum(p.weight)
+               pg_catalog.sum(p.weight - p.round_used), pg_catalog.sum(p.weight),
+               pg_catalog.array_agg(p.max_concurrency), pg_catalog.array_agg(p.max_concurrency - p.in_flight)
           INTO v_ch_ids, v_ch_names, v_quotas, v_limited, v_weights, v_used, v_levels, v_bursts, v_tokens, v_buckets,
-               v_rounds_first, v_weight_sum
+               v_rounds_first, v_weight_sum, v_caps, v_slot_rooms
           FROM (
-            SELECT c.id, c.name, c.next_dequeue_at, c.turn, c.max_concurrency, c.weight, c.round_used,
+            SELECT c.id, c.name, c.next_dequeue_at, c.turn, c.max_concurrency, c.in_flight, c.weight, c.round_used,
                    c.rate_period_ms, c.rate_burst,
                    -- NULL: no limit but the batch. An ordered channel held for a retry or a
                    -- dead message releases nothing (its next turn waits for hold_until).
@@ -2022,7 +2183,7 @@ BEGIN
                AND c.next_dequeue_at <= v_now
                AND c.next_dequeue_at IS NOT NULL
                AND NOT c.paused
-               AND (c.max_concurrency IS NULL OR c.in_flight < c.max_concurrency)
+               AND (c.max_concurrency IS NULL OR c.in_flight + least(c.head_slots, c.max_concurrency) <= c.max_concurrency)
                -- A bucket refills from its last release: never from a release "after" now
                -- (another dequeuer's clock read a moment later).
                AND (c.rate_count IS NULL OR c.last_dequeue_at IS NULL OR c.last_dequeue_at <= v_now)
@@ -2063,21 +2224,27 @@ BEGIN
     --    a message that costs more than a smaller bucket holds goes once the bucket is full;
     --    a cheaper message never passes a dearer one. When neither the queue nor any channel
     --    picked has a bucket, costs are not read at all: the plain query below.
+    --    A capped channel takes messages in order while their slots fit its free ones (each
+    --    counted at most its cap, so a message that asks more than a smaller cap runs once
+    --    the cap is free); a message that asks fewer never passes one that asks more.
     IF v_buckets OR v_qc.rate_count IS NOT NULL THEN
         SELECT pg_catalog.array_agg(x.id), pg_catalog.array_agg(x.ord), pg_catalog.array_agg(x.rnd),
-               pg_catalog.array_agg(x.cost)
-          INTO v_msg_ids, v_msg_ords, v_msg_rounds, v_msg_costs
+               pg_catalog.array_agg(x.cost), pg_catalog.array_agg(x.slots)
+          INTO v_msg_ids, v_msg_ords, v_msg_rounds, v_msg_costs, v_msg_slots
           FROM (
-            SELECT m.id, m.rank, p.ord, (p.used + m.rank - 1) / p.weight AS rnd, m.cost
+            SELECT m.id, m.rank, p.ord, (p.used + m.rank - 1) / p.weight AS rnd, m.cost, m.slots
               FROM ROWS FROM (pg_catalog.unnest(v_ch_ids), pg_catalog.unnest(v_quotas),
                               pg_catalog.unnest(v_weights), pg_catalog.unnest(v_used),
-                              pg_catalog.unnest(v_tokens), pg_catalog.unnest(v_bursts))
-                   WITH ORDINALITY AS p(channel_id, room, weight, used, tokens, burst, ord)
+                              pg_catalog.unnest(v_tokens), pg_catalog.unnest(v_bursts),
+                              pg_catalog.unnest(v_caps), pg_catalog.unnest(v_slot_rooms))
+                   WITH ORDINALITY AS p(channel_id, room, weight, used, tokens, burst, cap, slot_room, ord)
               CROSS JOIN LATERAL (
-                  SELECT r.id, r.rank, r.cost
-                    FROM (SELECT q.id, q.cost, pg_catalog.row_number() OVER w AS rank,
-                                 pg_catalog.sum(q.cost) OVER w AS spent
-                            FROM (SELECT mm.id, mm.dequeue_at, least(mm.cost, coalesce(p.burst, mm.cost))::bigint AS cost
+                  SELECT r.id, r.rank, r.cost, r.slots
+                    FROM (SELECT q.id, q.cost, q.slots, pg_catalog.row_number() OVER w AS rank,
+                                 pg_catalog.sum(q.cost) OVER w AS spent,
+                                 pg_catalog.sum(least(q.slots, p.cap)) OVER w AS taken
+                            FROM (SELECT mm.id, mm.dequeue_at, least(mm.cost, coalesce(p.burst, mm.cost))::bigint AS cost,
+                                         mm.slots
                                     FROM lonnymq_message mm
                                    WHERE mm.channel_id = p.channel_id
                                      AND mm.lease_until IS NULL
@@ -2087,29 +2254,35 @@ BEGIN
                                                v_batch::bigint)
                                      FOR UPDATE OF mm SKIP LOCKED) q
                           WINDOW w AS (ORDER BY q.dequeue_at, q.id)) r
-                   WHERE p.tokens IS NULL OR r.spent <= p.tokens
+                   WHERE (p.tokens IS NULL OR r.spent <= p.tokens) AND (p.cap IS NULL OR r.taken <= p.slot_room)
               ) m
              ORDER BY 4, p.ord, m.rank
           ) x;
     ELSE
-        SELECT pg_catalog.array_agg(x.id), pg_catalog.array_agg(x.ord), pg_catalog.array_agg(x.rnd)
-          INTO v_msg_ids, v_msg_ords, v_msg_rounds
+        SELECT pg_catalog.array_agg(x.id), pg_catalog.array_agg(x.ord), pg_catalog.array_agg(x.rnd),
+               pg_catalog.array_agg(x.slots)
+          INTO v_msg_ids, v_msg_ords, v_msg_rounds, v_msg_slots
           FROM (
-            SELECT m.id, m.rank, p.ord, (p.used + m.rank - 1) / p.weight AS rnd
+            SELECT m.id, m.rank, p.ord, (p.used + m.rank - 1) / p.weight AS rnd, m.slots
               FROM ROWS FROM (pg_catalog.unnest(v_ch_ids), pg_catalog.unnest(v_quotas),
-                              pg_catalog.unnest(v_weights), pg_catalog.unnest(v_used))
-                   WITH ORDINALITY AS p(channel_id, room, weight, used, ord)
+                              pg_catalog.unnest(v_weights), pg_catalog.unnest(v_used),
+                              pg_catalog.unnest(v_caps), pg_catalog.unnest(v_slot_rooms))
+                   WITH ORDINALITY AS p(channel_id, room, weight, used, cap, slot_room, ord)
               CROSS JOIN LATERAL (
-                  SELECT q.id, pg_catalog.row_number() OVER (ORDER BY q.dequeue_at, q.id) AS rank
-                    FROM (SELECT mm.id, mm.dequeue_at
-                            FROM lonnymq_message mm
-                           WHERE mm.channel_id = p.channel_id
-                             AND mm.lease_until IS NULL
-                             AND mm.dequeue_at <= v_now
-                           ORDER BY mm.dequeue_at, mm.id
-                           LIMIT least(p.room::bigint, (p.weight - p.used)::bigint + v_rounds * p.weight::bigint,
-                                       v_batch::bigint)
-                             FOR UPDATE OF mm SKIP LOCKED) q
+                  SELECT r.id, r.rank, r.slots
+                    FROM (SELECT q.id, q.slots, pg_catalog.row_number() OVER w AS rank,
+                                 pg_catalog.sum(least(q.slots, p.cap)) OVER w AS taken
+                            FROM (SELECT mm.id, mm.dequeue_at, mm.slots
+                                    FROM lonnymq_message mm
+                                   WHERE mm.channel_id = p.channel_id
+                                     AND mm.lease_until IS NULL
+                                     AND mm.dequeue_at <= v_now
+                                   ORDER BY mm.dequeue_at, mm.id
+                                   LIMIT least(p.room::bigint, (p.weight - p.used)::bigint + v_rounds * p.weight::bigint,
+                                               v_batch::bigint)
+                                     FOR UPDATE OF mm SKIP LOCKED) q
+                          WINDOW w AS (ORDER BY q.dequeue_at, q.id)) r
+                   WHERE p.cap IS NULL OR r.taken <= p.slot_room
               ) m
              ORDER BY 4, p.ord, m.rank
           ) x;
@@ -2118,6 +2291,23 @@ BEGIN
     -- order, each message charged at most the queue's burst). The channels whose round the
     -- cut interrupted are owed the rest of it: they keep their place in the rotation (step 4).
     v_keep := least(coalesce(pg_catalog.cardinality(v_msg_ids), 0), v_batch);
+    -- A queue-wide cap: what its free slots hold, in round-robin order (each message counted
+    -- at most the cap). v_q_slot_need: the slots the first message left out asks (the queue
+    -- waits for them: lonnymq_next_due_v1); 1 when none was left out for want of slots.
+    IF v_qc.max_concurrency IS NOT NULL AND v_keep > 0 THEN
+        SELECT pg_catalog.count(*) FILTER (WHERE s.taken <= v_qc.max_concurrency - v_qc.in_flight),
+               coalesce((pg_catalog.array_agg(s.slots ORDER BY s.pos)
+                             FILTER (WHERE s.taken > v_qc.max_concurrency - v_qc.in_flight))[1], 1)
+          INTO v_q_keep, v_q_slot_need
+          FROM (SELECT least(u.slots, v_qc.max_concurrency) AS slots, u.pos,
+                       pg_catalog.sum(least(u.slots, v_qc.max_concurrency)) OVER (ORDER BY u.pos) AS taken
+                  FROM pg_catalog.unnest(v_msg_slots[1:v_keep]) WITH ORDINALITY AS u(slots, pos)) s;
+        v_keep := v_q_keep;
+        IF v_keep = 0 AND v_q_slot_need <> v_qc.head_slots THEN
+            -- Nothing leased (step 3 writes the queue's row otherwise).
+            UPDATE lonnymq_queue_config qc SET head_slots = v_q_slot_need WHERE qc.queue = p_queue;
+        END IF;
+    END IF;
     IF v_qc.rate_count IS NOT NULL AND v_keep > 0 THEN
         -- v_q_need: the tokens the first message left out needs (the queue's next token waits for them).
         SELECT pg_catalog.count(*) FILTER (WHERE s.spent <= v_q_level / v_qc.rate_period_ms),
@@ -2141,6 +2331,7 @@ BEGIN
         v_msg_ids := CASE WHEN v_keep > 0 THEN v_msg_ids[1:v_keep] END;
         v_msg_ords := CASE WHEN v_keep > 0 THEN v_msg_ords[1:v_keep] END;
         v_msg_costs := CASE WHEN v_keep > 0 THEN v_msg_costs[1:v_keep] END;
+        v_msg_slots := CASE WHEN v_keep > 0 THEN v_msg_slots[1:v_keep] END;
     END IF;
 
     -- 3. Lease them (matched by id array: a join here is planned as a full scan), and add
@@ -2166,12 +2357,13 @@ BEGIN
              ORDER BY o.pos;
         -- The queue's counters, in the row this call has held since step 0.
         IF v_qc.queue IS NOT NULL THEN
-            v_q_leased := pg_catalog.cardinality(v_msg_ids);
+            SELECT pg_catalog.sum(u.slots) INTO v_q_leased FROM pg_catalog.unnest(v_msg_slots) AS u(slots);
             SELECT pg_catalog.sum(least(u.cost, coalesce(v_qc.rate_burst, 1000000)::bigint)) INTO v_q_spent
               FROM pg_catalog.unnest(v_msg_costs) AS u(cost);
             v_q_level := v_q_level - v_q_spent * v_qc.rate_period_ms;
             UPDATE lonnymq_queue_config qc
                SET in_flight = qc.in_flight + CASE WHEN qc.max_concurrency IS NOT NULL THEN v_q_leased ELSE 0 END,
+                   head_slots = v_q_slot_need,
                    bucket_level = v_q_level,
                    last_release_at = v_now,
                    next_token_at = CASE WHEN v_q_level IS NULL THEN NULL
@@ -2191,9 +2383,9 @@ BEGIN
            pg_catalog.array_agg(n.leased), pg_catalog.array_agg(n.release_interval_ms),
            pg_catalog.array_agg(n.next_token_at), pg_catalog.array_agg(n.rate_count),
            pg_catalog.array_agg(n.rate_period_ms), pg_catalog.array_agg(n.spent), pg_catalog.array_agg(n.head_cost),
-           pg_catalog.array_agg(n.hold_until)
+           pg_catalog.array_agg(n.hold_until), pg_catalog.array_agg(n.slots_taken), pg_catalog.array_agg(n.head_slots)
       INTO v_next_ids, v_next_at, v_next_last, v_next_leased, v_intervals, v_next_token, v_rate_n, v_rate_period,
-           v_next_spent, v_head_costs, v_holds
+           v_next_spent, v_head_costs, v_holds, v_next_slots, v_head_slots
       FROM (
         SELECT p.channel_id, h.dequeue_at AS head, c.last_dequeue_at + c.release_interval_ms AS last_floor,
                coalesce(pg_catalog.cardinality(pg_catalog.array_positions(v_msg_ords, p.ord)), 0) AS leased,
@@ -2202,13 +2394,19 @@ BEGIN
                CASE WHEN c.rate_count IS NOT NULL
                     THEN (SELECT coalesce(pg_catalog.sum(v_msg_costs[k.at]), 0)
                             FROM pg_catalog.unnest(pg_catalog.array_positions(v_msg_ords, p.ord)) AS k(at)) END AS spent,
-               h.cost AS head_cost, c.hold_until
+               h.cost AS head_cost, c.hold_until,
+               -- The slots its leases took (a capped channel only), and its next head's.
+               CASE WHEN c.max_concurrency IS NOT NULL
+                    THEN (SELECT coalesce(pg_catalog.sum(v_msg_slots[k.at]), 0)
+                            FROM pg_catalog.unnest(pg_catalog.array_positions(v_msg_ords, p.ord)) AS k(at)) ELSE 0 END
+                   AS slots_taken,
+               coalesce(h.slots, 1) AS head_slots
           FROM pg_catalog.unnest(v_ch_ids) WITH ORDINALITY AS p(channel_id, ord)
           -- "= ANY" gives the planner an index path (a plain join to unnest() is planned as a
           -- hash join over a sequential scan of every channel).
           JOIN lonnymq_channel c ON c.id = p.channel_id AND c.id = ANY (v_ch_ids)
           LEFT JOIN LATERAL (
-              SELECT mm.dequeue_at, mm.cost FROM lonnymq_message mm
+              SELECT mm.dequeue_at, mm.cost, mm.slots FROM lonnymq_message mm
                WHERE mm.channel_id = p.channel_id AND mm.lease_until IS NULL
                ORDER BY mm.dequeue_at, mm.id LIMIT 1
           ) h ON true
@@ -2275,12 +2473,14 @@ BEGIN
            round_used = CASE WHEN u.owed THEN (c.round_used + u.leased) % c.weight ELSE 0 END,
            last_dequeue_at = CASE WHEN u.leased > 0 THEN v_now ELSE c.last_dequeue_at END,
            released_total = c.released_total + u.leased,
-           in_flight = c.in_flight + CASE WHEN c.max_concurrency IS NOT NULL THEN u.leased ELSE 0 END,
+           in_flight = c.in_flight + u.slots_taken,
+           head_slots = u.head_slots,
            bucket_level = CASE WHEN u.leased > 0 THEN u.level ELSE c.bucket_level END,
            next_token_at = u.token_at
       FROM ROWS FROM (pg_catalog.unnest(v_next_ids), pg_catalog.unnest(v_next_at), pg_catalog.unnest(v_next_leased),
-                      pg_catalog.unnest(v_owed), pg_catalog.unnest(v_next_level), pg_catalog.unnest(v_next_token))
-           WITH ORDINALITY AS u(channel_id, next_at, leased, owed, level, token_at, ord)
+                      pg_catalog.unnest(v_owed), pg_catalog.unnest(v_next_level), pg_catalog.unnest(v_next_token),
+                      pg_catalog.unnest(v_next_slots), pg_catalog.unnest(v_head_slots))
+           WITH ORDINALITY AS u(channel_id, next_at, leased, owed, level, token_at, slots_taken, head_slots, ord)
      WHERE c.id = u.channel_id AND c.id = ANY (v_next_ids);
 END
 $$;
@@ -2300,13 +2500,13 @@ AS $$
           WHERE c.queue = q.name
             AND c.next_dequeue_at IS NOT NULL
             AND NOT c.paused
-            AND (c.max_concurrency IS NULL OR c.in_flight < c.max_concurrency)
+            AND (c.max_concurrency IS NULL OR c.in_flight + least(c.head_slots, c.max_concurrency) <= c.max_concurrency)
           ORDER BY c.next_dequeue_at LIMIT 1)
         UNION ALL
         -- A producer's committed mark: the next dequeue applies it.
         (SELECT w.dequeue_at FROM lonnymq_wake w WHERE w.queue = q.name ORDER BY w.dequeue_at LIMIT 1)
     ) x
-    WHERE (qc.max_concurrency IS NULL OR qc.in_flight < qc.max_concurrency)
+    WHERE (qc.max_concurrency IS NULL OR qc.in_flight + least(qc.head_slots, qc.max_concurrency) <= qc.max_concurrency)
       AND qc.paused IS NOT TRUE
 $$;
 
@@ -2314,9 +2514,10 @@ $$;
 -- Giving leases back: ack, fail, retry, release, reap
 -- ---------------------------------------------------------------------------------------
 
--- Give back the concurrency slots of leases that took one, locking channels in id order.
--- Notifies when a channel at its cap gets room again.
-CREATE FUNCTION lonnymq_give_back_slots_v1(p_channel_ids bigint[]) RETURNS void
+-- Give back the concurrency slots of leases that took one (p_channel_ids: each lease's
+-- channel, p_slots: the slots it took), locking channels in id order. Notifies when a channel
+-- that had no room for the slots of its next message (head_slots) has it again.
+CREATE FUNCTION lonnymq_give_back_slots_v2(p_channel_ids bigint[], p_slots integer[]) RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
@@ -2326,13 +2527,16 @@ DECLARE
     v_reopen boolean;
 BEGIN
     FOR v_row IN
-        SELECT u.channel_id, pg_catalog.count(*)::integer AS n FROM pg_catalog.unnest(p_channel_ids) AS u(channel_id)
+        SELECT u.channel_id, pg_catalog.sum(u.slots)::integer AS n
+          FROM ROWS FROM (pg_catalog.unnest(p_channel_ids), pg_catalog.unnest(p_slots)) AS u(channel_id, slots)
          GROUP BY u.channel_id ORDER BY u.channel_id
     LOOP
         UPDATE lonnymq_channel c SET in_flight = greatest(c.in_flight - v_row.n, 0)
          WHERE c.id = v_row.channel_id
         RETURNING c.queue,
-                  c.max_concurrency IS NOT NULL AND c.in_flight + v_row.n >= c.max_concurrency
+                  c.max_concurrency IS NOT NULL
+                  AND c.in_flight + v_row.n + least(c.head_slots, c.max_concurrency) > c.max_concurrency
+                  AND c.in_flight + least(c.head_slots, c.max_concurrency) <= c.max_concurrency
                   AND c.next_dequeue_at IS NOT NULL AND NOT c.paused
              INTO v_queue, v_reopen;
         IF v_reopen THEN
@@ -2343,10 +2547,11 @@ END
 $$;
 
 -- Give back the queue-wide slots of leases that took one (p_channel_ids: the channel of each
--- such lease), one queue row at a time in name order. Notifies when a queue at its cap gets
--- room again. Callers hold these leases' message rows (and have given back their channel
--- slots): queue rows are always the last rows a call locks.
-CREATE FUNCTION lonnymq_give_back_queue_slots_v1(p_channel_ids bigint[]) RETURNS void
+-- such lease, p_slots: the slots it took), one queue row at a time in name order. Notifies
+-- when a queue that had no room for its next message's slots has it again. Callers hold these
+-- leases' message rows (and have given back their channel slots): queue rows are always the
+-- last rows a call locks.
+CREATE FUNCTION lonnymq_give_back_queue_slots_v2(p_channel_ids bigint[], p_slots integer[]) RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
@@ -2355,14 +2560,16 @@ DECLARE
     v_reopen boolean;
 BEGIN
     FOR v_row IN
-        SELECT c.queue, pg_catalog.count(*)::integer AS n
-          FROM pg_catalog.unnest(p_channel_ids) AS u(channel_id)
+        SELECT c.queue, pg_catalog.sum(u.slots)::integer AS n
+          FROM ROWS FROM (pg_catalog.unnest(p_channel_ids), pg_catalog.unnest(p_slots)) AS u(channel_id, slots)
           JOIN lonnymq_channel c ON c.id = u.channel_id AND c.id = ANY (p_channel_ids)
          GROUP BY c.queue ORDER BY c.queue
     LOOP
         UPDATE lonnymq_queue_config qc SET in_flight = greatest(qc.in_flight - v_row.n, 0)
          WHERE qc.queue = v_row.queue AND qc.max_concurrency IS NOT NULL
-        RETURNING qc.in_flight + v_row.n >= qc.max_concurrency INTO v_reopen;
+        RETURNING qc.in_flight + v_row.n + least(qc.head_slots, qc.max_concurrency) > qc.max_concurrency
+                  AND qc.in_flight + least(qc.head_slots, qc.max_concurrency) <= qc.max_concurrency
+             INTO v_reopen;
         IF v_reopen THEN
             PERFORM pg_catalog.pg_notify('lonnymq_wakeup', v_row.queue);
         END IF;
@@ -2382,7 +2589,9 @@ AS $$
 DECLARE
     v_acked bigint[];
     v_slots bigint[];
+    v_slot_counts integer[];
     v_queue_slots bigint[];
+    v_queue_slot_counts integer[];
 BEGIN
     PERFORM lonnymq_check_list_v1('ids', pg_catalog.array_ndims(p_ids));
     PERFORM lonnymq_check_list_v1('tokens', pg_catalog.array_ndims(p_tokens));
@@ -2393,16 +2602,17 @@ BEGIN
         DELETE FROM lonnymq_message m
          WHERE m.id = ANY (p_ids)
            AND (m.id, m.lease_token) IN (SELECT u.id, u.token FROM ROWS FROM (pg_catalog.unnest(p_ids), pg_catalog.unnest(p_tokens)) AS u(id, token))
-        RETURNING m.id, m.channel_id, m.slot_taken, m.queue_slot
+        RETURNING m.id, m.channel_id, m.slot_taken, m.queue_slot, m.slots
     )
     SELECT coalesce(pg_catalog.array_agg(g.id), ARRAY[]::bigint[]), pg_catalog.array_agg(g.channel_id) FILTER (WHERE g.slot_taken),
-           pg_catalog.array_agg(g.channel_id) FILTER (WHERE g.queue_slot)
-      INTO v_acked, v_slots, v_queue_slots FROM gone g;
+           pg_catalog.array_agg(g.slots) FILTER (WHERE g.slot_taken),
+           pg_catalog.array_agg(g.channel_id) FILTER (WHERE g.queue_slot), pg_catalog.array_agg(g.slots) FILTER (WHERE g.queue_slot)
+      INTO v_acked, v_slots, v_slot_counts, v_queue_slots, v_queue_slot_counts FROM gone g;
     IF v_slots IS NOT NULL THEN
-        PERFORM lonnymq_give_back_slots_v1(v_slots);
+        PERFORM lonnymq_give_back_slots_v2(v_slots, v_slot_counts);
     END IF;
     IF v_queue_slots IS NOT NULL THEN
-        PERFORM lonnymq_give_back_queue_slots_v1(v_queue_slots);
+        PERFORM lonnymq_give_back_queue_slots_v2(v_queue_slots, v_queue_slot_counts);
     END IF;
     RETURN v_acked;
 END
@@ -2443,7 +2653,9 @@ SET jit = off
 AS $$
 DECLARE
     v_slots bigint[];
+    v_slot_counts integer[];
     v_queue_slots bigint[];
+    v_queue_slot_counts integer[];
     v_n integer;
     v_channels bigint[];
     v_dead bigint[];
@@ -2453,18 +2665,20 @@ BEGIN
         RETURNING m.*
     ), dead AS (
         INSERT INTO lonnymq_dead_message (id, channel_id, queue, channel, payload, priority, attempts,
-                                          max_attempts, dedup_key, enqueued_at, reason, last_error, snoozes, cost)
+                                          max_attempts, dedup_key, enqueued_at, reason, last_error, snoozes, cost,
+                                          slots)
         SELECT g.id, g.channel_id, c.queue, c.name, g.payload, g.priority, g.attempts, g.max_attempts,
                g.dedup_key, g.enqueued_at,
                CASE WHEN g.cancel_requested AND p_reason <> 'discarded' THEN 'cancelled' ELSE p_reason END,
-               coalesce(p_error, g.last_error), g.snoozes, g.cost
+               coalesce(p_error, g.last_error), g.snoozes, g.cost, g.slots
           FROM gone g JOIN lonnymq_channel c ON c.id = g.channel_id
         RETURNING 1
     )
-    SELECT pg_catalog.array_agg(g.channel_id) FILTER (WHERE g.slot_taken),
-           pg_catalog.array_agg(g.channel_id) FILTER (WHERE g.queue_slot), (SELECT pg_catalog.count(*) FROM dead),
+    SELECT pg_catalog.array_agg(g.channel_id) FILTER (WHERE g.slot_taken), pg_catalog.array_agg(g.slots) FILTER (WHERE g.slot_taken),
+           pg_catalog.array_agg(g.channel_id) FILTER (WHERE g.queue_slot), pg_catalog.array_agg(g.slots) FILTER (WHERE g.queue_slot),
+           (SELECT pg_catalog.count(*) FROM dead),
            pg_catalog.array_agg(g.channel_id ORDER BY g.id), pg_catalog.array_agg(g.id ORDER BY g.id)
-      INTO v_slots, v_queue_slots, v_n, v_channels, v_dead FROM gone g;
+      INTO v_slots, v_slot_counts, v_queue_slots, v_queue_slot_counts, v_n, v_channels, v_dead FROM gone g;
     -- Strict order: a dead message blocks its ordered channel (the first one to die names
     -- it) until it is requeued or skipped. The channel rows are locked in id order first.
     IF EXISTS (SELECT 1 FROM lonnymq_channel c WHERE c.id = ANY (v_channels) AND c.ordered) THEN
@@ -2477,10 +2691,10 @@ BEGIN
          WHERE c.id = b.channel_id AND c.id = ANY (v_channels) AND c.ordered;
     END IF;
     IF v_slots IS NOT NULL THEN
-        PERFORM lonnymq_give_back_slots_v1(v_slots);
+        PERFORM lonnymq_give_back_slots_v2(v_slots, v_slot_counts);
     END IF;
     IF v_queue_slots IS NOT NULL THEN
-        PERFORM lonnymq_give_back_queue_slots_v1(v_queue_slots);
+        PERFORM lonnymq_give_back_queue_slots_v2(v_queue_slots, v_queue_slot_counts);
     END IF;
     RETURN coalesce(v_n, 0);
 END
@@ -2501,7 +2715,9 @@ SET jit = off
 AS $$
 DECLARE
     v_slots     bigint[];
+    v_slot_counts integer[];
     v_queue_slots bigint[];
+    v_queue_slot_counts integer[];
     v_cancelled bigint[];
     v_ch        record;
     v_ordered   bigint[];
@@ -2517,8 +2733,9 @@ BEGIN
     IF v_cancelled IS NOT NULL THEN
         PERFORM lonnymq_bury_v1(v_cancelled, 'cancelled', p_error);
     END IF;
-    SELECT pg_catalog.array_agg(m.channel_id) FILTER (WHERE m.slot_taken),
-           pg_catalog.array_agg(m.channel_id) FILTER (WHERE m.queue_slot) INTO v_slots, v_queue_slots
+    SELECT pg_catalog.array_agg(m.channel_id) FILTER (WHERE m.slot_taken), pg_catalog.array_agg(m.slots) FILTER (WHERE m.slot_taken),
+           pg_catalog.array_agg(m.channel_id) FILTER (WHERE m.queue_slot), pg_catalog.array_agg(m.slots) FILTER (WHERE m.queue_slot)
+      INTO v_slots, v_slot_counts, v_queue_slots, v_queue_slot_counts
       FROM lonnymq_message m WHERE m.id = ANY (p_ids);
     IF v_ordered IS NOT NULL THEN
         -- Strict order: the channel waits until the latest new time of its messages here
@@ -2541,7 +2758,7 @@ BEGIN
       FROM ROWS FROM (pg_catalog.unnest(p_ids), pg_catalog.unnest(p_dequeue_ats)) AS u(id, dequeue_at)
      WHERE m.id = ANY (p_ids) AND m.id = u.id;
     IF v_slots IS NOT NULL THEN
-        PERFORM lonnymq_give_back_slots_v1(v_slots);
+        PERFORM lonnymq_give_back_slots_v2(v_slots, v_slot_counts);
     END IF;
     FOR v_ch IN
         SELECT m.channel_id, greatest(pg_catalog.min(m.dequeue_at), pg_catalog.max(c.hold_until)) AS dequeue_at,
@@ -2556,7 +2773,7 @@ BEGIN
         END IF;
     END LOOP;
     IF v_queue_slots IS NOT NULL THEN
-        PERFORM lonnymq_give_back_queue_slots_v1(v_queue_slots);
+        PERFORM lonnymq_give_back_queue_slots_v2(v_queue_slots, v_queue_slot_counts);
     END IF;
 END
 $$;
@@ -2861,13 +3078,13 @@ BEGIN
              WHERE c.id = v_channel_id AND c.blocked_by = v_row.id;
         END IF;
         INSERT INTO lonnymq_message (id, channel_id, payload, dequeue_at, priority, attempts,
-                                     max_attempts, dedup_key, enqueued_at, last_error, snoozes, cost)
+                                     max_attempts, dedup_key, enqueued_at, last_error, snoozes, cost, slots)
         VALUES (v_row.id, v_channel_id, v_row.payload, v_at, v_row.priority,
                 CASE WHEN p_reset_attempts THEN 0 ELSE v_row.attempts END,
                 CASE WHEN p_reset_attempts THEN v_row.max_attempts
                      ELSE greatest(v_row.max_attempts, v_row.attempts + 1) END,
                 v_row.dedup_key, v_row.enqueued_at, v_row.last_error,
-                CASE WHEN p_reset_attempts THEN 0 ELSE v_row.snoozes END, v_row.cost);
+                CASE WHEN p_reset_attempts THEN 0 ELSE v_row.snoozes END, v_row.cost, v_row.slots);
         DELETE FROM lonnymq_dead_message d WHERE d.id = v_row.id;
         IF lonnymq_wake_v1(v_channel_id, v_at, p_tolerance_ms) THEN
             PERFORM pg_catalog.pg_notify('lonnymq_wakeup', v_row.queue);
@@ -3105,9 +3322,9 @@ BEGIN
              WHERE m.id IN (SELECT mm.id FROM lonnymq_message mm
                              WHERE mm.lease_until IS NOT NULL AND mm.channel_id = v_id AND NOT mm.slot_taken
                                FOR UPDATE SKIP LOCKED)
-            RETURNING 1
+            RETURNING m.slots
         )
-        SELECT pg_catalog.count(*) INTO v_counted FROM claimed;
+        SELECT coalesce(pg_catalog.sum(cl.slots), 0) INTO v_counted FROM claimed cl;
     END IF;
     SELECT mm.dequeue_at INTO v_head FROM lonnymq_message mm
      WHERE mm.channel_id = v_id AND mm.lease_until IS NULL ORDER BY mm.dequeue_at, mm.id LIMIT 1;
@@ -3289,11 +3506,11 @@ BEGIN
                                                         AND c.max_concurrency IS NULL)
                                AND mm.lease_until IS NOT NULL AND NOT mm.slot_taken
                                FOR UPDATE SKIP LOCKED)
-            RETURNING m.channel_id
+            RETURNING m.channel_id, m.slots
         )
         SELECT pg_catalog.array_agg(x.channel_id), pg_catalog.array_agg(x.n)
           INTO v_claim_ids, v_claim_counts
-          FROM (SELECT cl.channel_id, pg_catalog.count(*)::integer AS n FROM claimed cl GROUP BY cl.channel_id) x;
+          FROM (SELECT cl.channel_id, pg_catalog.sum(cl.slots)::integer AS n FROM claimed cl GROUP BY cl.channel_id) x;
     END IF;
 
     WITH target AS (
@@ -3612,7 +3829,7 @@ BEGIN
                            FOR UPDATE OF mm SKIP LOCKED);
         -- A new statement: it sees the leases just claimed and those flagged before (an ack
         -- of one of these that is under way gives its slot back after this commits).
-        SELECT pg_catalog.count(*)::integer INTO v_in_flight
+        SELECT coalesce(pg_catalog.sum(m.slots), 0)::integer INTO v_in_flight
           FROM lonnymq_message m JOIN lonnymq_channel c ON c.id = m.channel_id
          WHERE m.queue_slot AND c.queue = p_queue;
     ELSE
@@ -3863,17 +4080,17 @@ BEGIN
     v_now := lonnymq_now_ms_v1();
     RETURN QUERY
         SELECT c.id, c.queue, c.name, 'in_flight_mismatch',
-               pg_catalog.format('in_flight=%s, slot-taking leases=%s', c.in_flight, coalesce(s.n, 0))
+               pg_catalog.format('in_flight=%s, slots of slot-taking leases=%s', c.in_flight, coalesce(s.n, 0))
           FROM lonnymq_channel c
-          LEFT JOIN (SELECT m.channel_id, pg_catalog.count(*) AS n FROM lonnymq_message m
+          LEFT JOIN (SELECT m.channel_id, pg_catalog.sum(m.slots) AS n FROM lonnymq_message m
                       WHERE m.lease_until IS NOT NULL AND m.slot_taken
                       GROUP BY m.channel_id) s ON s.channel_id = c.id
          WHERE c.in_flight <> coalesce(s.n, 0)
         UNION ALL
         SELECT NULL::bigint, qc.queue, NULL::text, 'queue_in_flight_mismatch',
-               pg_catalog.format('in_flight=%s, slot-taking leases=%s', qc.in_flight, coalesce(s.n, 0))
+               pg_catalog.format('in_flight=%s, slots of slot-taking leases=%s', qc.in_flight, coalesce(s.n, 0))
           FROM lonnymq_queue_config qc
-          LEFT JOIN (SELECT c.queue, pg_catalog.count(*) AS n
+          LEFT JOIN (SELECT c.queue, pg_catalog.sum(m.slots) AS n
                        FROM lonnymq_message m JOIN lonnymq_channel c ON c.id = m.channel_id
                       WHERE m.lease_until IS NOT NULL AND m.queue_slot
                       GROUP BY c.queue) s ON s.queue = qc.queue
@@ -4265,11 +4482,12 @@ BEGIN
          CROSS JOIN LATERAL (
               (SELECT c.id FROM lonnymq_channel c
                 WHERE c.queue = b.queue AND c.next_dequeue_at IS NOT NULL AND NOT c.paused
-                  AND (c.max_concurrency IS NULL OR c.in_flight < c.max_concurrency)
+                  AND (c.max_concurrency IS NULL OR c.in_flight + least(c.head_slots, c.max_concurrency) <= c.max_concurrency)
                 ORDER BY c.next_dequeue_at LIMIT v_heads)
               UNION ALL
               (SELECT c.id FROM lonnymq_channel c
-                WHERE c.queue = b.queue AND NOT c.paused AND c.in_flight >= c.max_concurrency
+                WHERE c.queue = b.queue AND NOT c.paused
+                  AND c.in_flight + least(c.head_slots, c.max_concurrency) > c.max_concurrency
                 ORDER BY c.next_dequeue_at NULLS LAST LIMIT v_heads)
           ) k
          CROSS JOIN LATERAL (SELECT m.dequeue_at FROM lonnymq_message m

@@ -1572,3 +1572,63 @@ BEGIN
     END IF;
 END
 $$;
+
+-- Superseded by lonnymq_give_back_slots_v2 (migration 0052_slots).
+-- Kept for rolling deploys from 0.1.x; may be dropped in 0.3.0.
+-- Give back the concurrency slots of leases that took one, locking channels in id order.
+-- Notifies when a channel at its cap gets room again.
+CREATE FUNCTION lonnymq_give_back_slots_v1(p_channel_ids bigint[]) RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_row    record;
+    v_queue  text;
+    v_reopen boolean;
+BEGIN
+    FOR v_row IN
+        SELECT u.channel_id, pg_catalog.count(*)::integer AS n FROM pg_catalog.unnest(p_channel_ids) AS u(channel_id)
+         GROUP BY u.channel_id ORDER BY u.channel_id
+    LOOP
+        UPDATE lonnymq_channel c SET in_flight = greatest(c.in_flight - v_row.n, 0)
+         WHERE c.id = v_row.channel_id
+        RETURNING c.queue,
+                  c.max_concurrency IS NOT NULL AND c.in_flight + v_row.n >= c.max_concurrency
+                  AND c.next_dequeue_at IS NOT NULL AND NOT c.paused
+             INTO v_queue, v_reopen;
+        IF v_reopen THEN
+            PERFORM pg_catalog.pg_notify('lonnymq_wakeup', v_queue);
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- Superseded by lonnymq_give_back_queue_slots_v2 (migration 0052_slots).
+-- Kept for rolling deploys from 0.1.x; may be dropped in 0.3.0.
+-- Give back the queue-wide slots of leases that took one (p_channel_ids: the channel of each
+-- such lease), one queue row at a time in name order. Notifies when a queue at its cap gets
+-- room again. Callers hold these leases' message rows (and have given back their channel
+-- slots): queue rows are always the last rows a call locks.
+CREATE FUNCTION lonnymq_give_back_queue_slots_v1(p_channel_ids bigint[]) RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_row    record;
+    v_reopen boolean;
+BEGIN
+    FOR v_row IN
+        SELECT c.queue, pg_catalog.count(*)::integer AS n
+          FROM pg_catalog.unnest(p_channel_ids) AS u(channel_id)
+          JOIN lonnymq_channel c ON c.id = u.channel_id AND c.id = ANY (p_channel_ids)
+         GROUP BY c.queue ORDER BY c.queue
+    LOOP
+        UPDATE lonnymq_queue_config qc SET in_flight = greatest(qc.in_flight - v_row.n, 0)
+         WHERE qc.queue = v_row.queue AND qc.max_concurrency IS NOT NULL
+        RETURNING qc.in_flight + v_row.n >= qc.max_concurrency INTO v_reopen;
+        IF v_reopen THEN
+            PERFORM pg_catalog.pg_notify('lonnymq_wakeup', v_row.queue);
+        END IF;
+    END LOOP;
+END
+$$;

@@ -35,6 +35,7 @@ def enqueue(
     run_at_ms: Any,
     tolerance_ms: Any,
     cost: Any,
+    slots: Any,
     on: On = None,
 ) -> Any:
     return value(
@@ -52,6 +53,7 @@ def enqueue(
             "run_at_ms": run_at_ms,
             "tolerance_ms": tolerance_ms,
             "cost": cost,
+            "slots": slots,
         },
         on,
     )
@@ -73,6 +75,7 @@ def enqueue_many(
     run_at_ms: Any,
     tolerance_ms: Any,
     costs: Any,
+    slots: Any,
     on: On = None,
 ) -> Any:
     return value(
@@ -91,6 +94,7 @@ def enqueue_many(
             "run_at_ms": run_at_ms,
             "tolerance_ms": tolerance_ms,
             "costs": costs,
+            "slots": slots,
         },
         on,
         arrays=True,
@@ -185,6 +189,7 @@ def enqueue_traced(
     run_at_ms: Any,
     tolerance_ms: Any,
     cost: Any,
+    slots: Any,
     on: On = None,
 ) -> Any:
     return value(
@@ -203,6 +208,7 @@ def enqueue_traced(
             "run_at_ms": run_at_ms,
             "tolerance_ms": tolerance_ms,
             "cost": cost,
+            "slots": slots,
         },
         on,
     )
@@ -225,6 +231,7 @@ def enqueue_many_traced(
     run_at_ms: Any,
     tolerance_ms: Any,
     costs: Any,
+    slots: Any,
     on: On = None,
 ) -> Any:
     return value(
@@ -244,6 +251,7 @@ def enqueue_many_traced(
             "run_at_ms": run_at_ms,
             "tolerance_ms": tolerance_ms,
             "costs": costs,
+            "slots": slots,
         },
         on,
         arrays=True,

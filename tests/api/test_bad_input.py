@@ -309,6 +309,7 @@ def test_enqueue_many_with_one_bad_item_caught_by_sql_writes_nothing(nothing_wri
             priority_step_ms=1000,
             tolerance_ms=50,
             costs=None,
+            slots=None,
         )
     assert caught.value.field == "items[2].max_attempts"
     assert caught.value.__cause__.__cause__.sqlstate == "LQ001"
@@ -334,6 +335,7 @@ def _sql_enqueue_many(**overrides):
         "priority_step_ms": 1000,
         "tolerance_ms": 50,
         "costs": None,
+        "slots": None,
     }
     return named("enqueue_many", **{**params, **overrides})
 

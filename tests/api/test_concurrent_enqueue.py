@@ -82,6 +82,7 @@ def test_concurrent_enqueue_many_over_overlapping_new_channels_in_any_order(dsn)
             priority_step_ms=1000,
             tolerance_ms=50,
             costs=None,
+            slots=None,
         )
 
     results = run_together(dsn, work)

@@ -110,6 +110,7 @@ def test_concurrent_batches_with_repeated_keys_in_any_order(dsn):
             priority_step_ms=1000,
             tolerance_ms=50,
             costs=None,
+            slots=None,
         )
 
     run_together(dsn, work)

@@ -139,7 +139,7 @@ def test_with_prepared_statements_on_enqueue_is_prepared_once_per_connection(sta
         [row] = rows(
             "SELECT count(*) AS statements, coalesce(sum(generic_plans + custom_plans), 0) AS runs"
             " FROM pg_prepared_statements WHERE statement LIKE %s",
-            ["%lonnymq_enqueue_v3%"],
+            ["%lonnymq_enqueue_v4%"],
         )
         return row["statements"], row["runs"]
 

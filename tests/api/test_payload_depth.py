@@ -213,6 +213,7 @@ def _sql_enqueue_many(payloads: list[str]) -> Any:
         priority_step_ms=1000,
         tolerance_ms=50,
         costs=None,
+        slots=None,
     )
 
 
@@ -229,6 +230,7 @@ def _sql_publish(payloads: list[str]) -> Any:
         priority_step_ms=1000,
         tolerance_ms=50,
         costs=None,
+        slots=None,
     )
 
 

@@ -55,7 +55,7 @@ def test_enqueue_many_outside_atomic_commits_at_once_and_is_logged_like_any_quer
     other = connect()
     with CaptureQueriesContext(connection) as captured:
         got = enqueue_many("tx", [{"n": 1}, {"n": 2}])
-    assert any("lonnymq_enqueue_many_v3" in q["sql"] for q in captured.captured_queries)
+    assert any("lonnymq_enqueue_many_v4" in q["sql"] for q in captured.captured_queries)
     assert sorted(m["id"] for m in messages_of("tx", conn=other)) == sorted(got)
 
 

@@ -71,9 +71,10 @@ def enqueue_sql(
     priority_step_ms: int = 1000,
     tolerance_ms: int = 50,
     cost: int = 1,
+    slots: int = 1,
     conn: Any = None,
 ) -> int:
-    """``lonnymq_enqueue_v3`` straight, no Python validation (payload is JSON text)."""
+    """``lonnymq_enqueue_v4`` straight, no Python validation (payload is JSON text)."""
     return int(
         named(
             "enqueue",
@@ -90,6 +91,7 @@ def enqueue_sql(
             priority_step_ms=priority_step_ms,
             tolerance_ms=tolerance_ms,
             cost=cost,
+            slots=slots,
         )
     )
 

@@ -46,7 +46,7 @@ def test_the_executor_side_imports_no_django(module: str) -> None:
 def test_the_enqueue_many_query_is_read_without_django() -> None:
     done = run_python(
         "import sys; from django_lonnymq.sql import query; "
-        "assert 'lonnymq_enqueue_many_v3' in query('enqueue_many'); assert 'django' not in sys.modules"
+        "assert 'lonnymq_enqueue_many_v4' in query('enqueue_many'); assert 'django' not in sys.modules"
     )
     assert done.returncode == 0, done.stderr
 

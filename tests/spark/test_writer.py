@@ -217,12 +217,12 @@ def test_a_payload_at_the_depth_bound_is_written(dsn: str) -> None:
 
 def test_a_row_the_enqueue_function_refuses_is_named_by_its_row_and_column(dsn: str) -> None:
     # The writer's own checks come first; this is how a row the SQL function refuses reads
-    # (here one nested too deep, sent straight to lonnymq_enqueue_many_v3).
+    # (here one nested too deep, sent straight to lonnymq_enqueue_many_v4).
     chunk = rows(3) + [("t", "[" * 151 + "]" * 151, "deep", None)]
     params = {
         "queue": QUEUE, "channels": [r[0] for r in chunk], "payloads": [r[1] for r in chunk], "run_at_ms": None,
         "delay_ms": None, "priorities": None, "dedup_keys": [r[2] for r in chunk], "on_duplicate": None, "max_attempts": None,
-        "default_max_attempts": 5, "priority_step_ms": 1000, "tolerance_ms": 50, "costs": None,
+        "default_max_attempts": 5, "priority_step_ms": 1000, "tolerance_ms": 50, "costs": None, "slots": None,
     }  # fmt: skip
     with psycopg.connect(dsn) as conn, pytest.raises(psycopg.Error) as refused:
         conn.execute(binary_arrays(query("enqueue_many")), params)
@@ -262,7 +262,7 @@ def test_a_database_without_the_schema_is_refused_before_anything_runs(dsn: str)
     other_database = psycopg.conninfo.make_conninfo(dsn, dbname="postgres")
 
     with pytest.raises(
-        ExportError, match=r"has no lonnymq_enqueue_many_v3 function; run `python manage.py migrate`"
+        ExportError, match=r"has no lonnymq_enqueue_many_v4 function; run `python manage.py migrate`"
     ):
         check_database(other_database)
 

@@ -42,10 +42,10 @@ def test_enqueue_with_a_missing_function() -> None:
         with connection.cursor() as cursor:
             cursor.execute(
                 "DO $$ BEGIN EXECUTE pg_catalog.format('ALTER FUNCTION %s RENAME TO lonnymq_gone',"
-                " 'lonnymq_enqueue_v3'::regproc::regprocedure); END $$"
+                " 'lonnymq_enqueue_v4'::regproc::regprocedure); END $$"
             )
         api.enqueue("t_schema", {"n": 1})
-    assert HINT in str(info.value) and "lonnymq_enqueue_v3" in str(info.value)
+    assert HINT in str(info.value) and "lonnymq_enqueue_v4" in str(info.value)
 
 
 @pytest.mark.django_db

@@ -382,7 +382,7 @@ def lookalike_planter(dsn: str) -> Iterator[str]:
 
 def test_every_named_statement_passes_every_argument_of_the_functions_it_calls(connect):
     real = functions_the_statements_call(connect())
-    assert {"lonnymq_dequeue_v1", "lonnymq_enqueue_v3", "lonnymq_now_ms_v1"} <= set(real)
+    assert {"lonnymq_dequeue_v1", "lonnymq_enqueue_v4", "lonnymq_now_ms_v1"} <= set(real)
     short = [
         f"{statement}: {function} gets {passed} of {len(real[function][0])} arguments"
         for statement, text in sql.queries().items()
@@ -399,10 +399,10 @@ def _statements(ids: dict[str, Any]) -> list[tuple[str, Any]]:
 
     q, step = "lookalike", {"priority_step_ms": 1000, "tolerance_ms": 50}
     one = {"queue": q, "channel": "a", "payload": '{"n": 1}', "run_at_ms": None, "delay_ms": None, "priority": 0,
-           "dedup_key": None, "on_duplicate": "skip", "max_attempts": 5, "cost": 1, **step}  # fmt: skip
+           "dedup_key": None, "on_duplicate": "skip", "max_attempts": 5, "cost": 1, "slots": 1, **step}  # fmt: skip
     many = {"queue": q, "channels": ["a", "b", "b"], "payloads": ["1", "2", "3"], "run_at_ms": None,
             "delay_ms": None, "priorities": None, "dedup_keys": None, "on_duplicate": None, "max_attempts": None,
-            "default_max_attempts": 5, "costs": None, **step}  # fmt: skip
+            "default_max_attempts": 5, "costs": None, "slots": None, **step}  # fmt: skip
     task = {"result_id": str(uuid.uuid4()), "backend": "default", "task": "tests.testapp.tasks.add",
             "args": [1, 2], "kwargs": {}}  # fmt: skip
     worker = {"name": "lookalike-w", "instance": str(uuid.uuid4())}
