@@ -183,21 +183,23 @@ def percentile(values: Sequence[float], p: float) -> float:
     return ordered[k]
 
 
-# The bulk enqueue of each database a bench talks to: the app's (lonnymq_enqueue_many_v3), or
+# The bulk enqueue of each database a bench talks to: the app's (lonnymq_enqueue_many_v4), or
 # on a database migrated before 0049 (0025) (bench.sql_ab's base) the one the app called then.
 _ENQUEUE_MANY: weakref.WeakKeyDictionary[psycopg.Connection[Any], str] = weakref.WeakKeyDictionary()
 
 
 def enqueue_many_function(conn: psycopg.Connection[Any]) -> str:
-    """``lonnymq_enqueue_many_v3``, or the newest the database has (``_v2``, ``_v1``)."""
+    """``lonnymq_enqueue_many_v4``, or the newest the database has (``_v3``, ``_v2``, ``_v1``)."""
     name = _ENQUEUE_MANY.get(conn)
     if name is None:
         row = conn.execute(
-            "SELECT to_regproc('lonnymq_enqueue_many_v3') IS NOT NULL, to_regproc('lonnymq_enqueue_many_v2') IS NOT NULL"
+            "SELECT to_regproc('lonnymq_enqueue_many_v4') IS NOT NULL, to_regproc('lonnymq_enqueue_many_v3') IS NOT NULL,"
+            " to_regproc('lonnymq_enqueue_many_v2') IS NOT NULL"
         ).fetchone()
         assert row is not None
-        name = _ENQUEUE_MANY[conn] = (
-            "lonnymq_enqueue_many_v3" if row[0] else "lonnymq_enqueue_many_v2" if row[1] else "lonnymq_enqueue_many_v1"
+        name = _ENQUEUE_MANY[conn] = next(
+            (f"lonnymq_enqueue_many_v{v}" for v, present in zip((4, 3, 2), row, strict=True) if present),
+            "lonnymq_enqueue_many_v1",
         )
     return name
 

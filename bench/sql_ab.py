@@ -6,13 +6,14 @@ latest; then, in rounds that alternate between them (so a busy machine slows bot
 the same work runs on each:
 
 * enqueue 1: ``--singles`` single enqueues, one transaction each, 10 channels;
-* enqueue 100: batches of 100 messages over 100 channels (the app's ``lonnymq_enqueue_many_v3``,
-  or what it called on a base migrated before 0049);
+* enqueue 100: batches of 100 messages over 100 channels (the app's ``lonnymq_enqueue_many_v4``,
+  or what it called on a base migrated before 0052);
 * enqueue 2,000 channels: ``--wide`` calls of the app's bulk enqueue
-  (``lonnymq_enqueue_many_v3``, or what it called before 0049) of 2,000 messages, one per channel (past
+  (``lonnymq_enqueue_many_v4``, or what it called before 0052) of 2,000 messages, one per channel (past
   64 channels it takes stripe locks since 0040);
 * dequeue+ack 100: with 1,000 backlogged channels, lease 100 messages and ack them, until
-  ``--drain`` messages are done.
+  ``--drain`` messages are done; then the same with every channel capped at 1,000 (the caps'
+  bookkeeping runs, nothing waits for a slot).
 
 Each figure is the median of the rounds' time per operation; the ratio is live / base of the
 same round, median over rounds (1.00 = no change). Statements are prepared, as a worker's are.
@@ -68,6 +69,12 @@ def with_suffix(url: str, suffix: str) -> str:
     return f"{head}/{name}_{suffix}" + (f"?{query}" if query else "")
 
 
+# The single enqueue before lonnymq_enqueue_v4 (migration 0052 added the slots).
+ENQUEUE_V3 = (
+    "SELECT lonnymq_enqueue_v3(%(queue)s::text, %(channel)s::text, %(payload)s::jsonb, %(run_at_ms)s::bigint,"
+    " %(delay_ms)s::bigint, %(priority)s::integer, %(dedup_key)s::text, %(on_duplicate)s::text,"
+    " %(max_attempts)s::integer, %(priority_step_ms)s::bigint, %(tolerance_ms)s::bigint, %(cost)s::integer)"
+)
 # The single enqueue before lonnymq_enqueue_v3 (migration 0049 added the cost).
 ENQUEUE_V2 = (
     "SELECT lonnymq_enqueue_v2(%(queue)s::text, %(channel)s::text, %(payload)s::jsonb, %(run_at_ms)s::bigint,"
@@ -83,14 +90,15 @@ ENQUEUE_V1 = (
 
 
 def enqueue_singles(conn: psycopg.Connection[Any], n: int) -> float:
-    """The app's enqueue statement, or on a base migrated before 0049 (0025) the one it sent then."""
-    has_v3, has_v2 = conn.execute(
-        "SELECT to_regproc('lonnymq_enqueue_v3') IS NOT NULL, to_regproc('lonnymq_enqueue_v2') IS NOT NULL"
+    """The app's enqueue statement, or on a base migrated before 0052 (0049, 0025) the one it sent then."""
+    has_v4, has_v3, has_v2 = conn.execute(
+        "SELECT to_regproc('lonnymq_enqueue_v4') IS NOT NULL, to_regproc('lonnymq_enqueue_v3') IS NOT NULL,"
+        " to_regproc('lonnymq_enqueue_v2') IS NOT NULL"
     ).fetchone()
-    statement = sql.query("enqueue") if has_v3 else ENQUEUE_V2 if has_v2 else ENQUEUE_V1
+    statement = sql.query("enqueue") if has_v4 else ENQUEUE_V3 if has_v3 else ENQUEUE_V2 if has_v2 else ENQUEUE_V1
     params = {"queue": QUEUE, "payload": core.PAYLOAD_TEXT, "run_at_ms": None, "delay_ms": None, "priority": 0,
               "dedup_key": None, "on_duplicate": "skip", "max_attempts": 5, "priority_step_ms": 1000, "tolerance_ms": 50,
-              "cost": 1}  # fmt: skip
+              "cost": 1, "slots": 1}  # fmt: skip
     start = time.perf_counter()
     for i in range(n):
         conn.execute(statement, {**params, "channel": f"c{i % 10}"}, prepare=True)
@@ -118,8 +126,17 @@ def enqueue_wide(conn: psycopg.Connection[Any], calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
-def drain(conn: psycopg.Connection[Any], total: int) -> float:
-    core.fill(conn, QUEUE, total, [f"d{i}" for i in range(1000)])
+def drain(conn: psycopg.Connection[Any], total: int, capped: bool = False) -> float:
+    """Seconds per dequeue of 100 and its ack, over 1,000 backlogged channels (``capped``:
+    each with a cap of 1,000, so the cap's bookkeeping runs and nothing waits for it)."""
+    channels = [f"d{i}" for i in range(1000)]
+    if capped:
+        for name in channels:
+            conn.execute(
+                "SELECT lonnymq_configure_channel_v3(%s, %s, 1000, false, NULL, NULL, NULL, NULL, NULL, NULL, false)",
+                [QUEUE, name],
+            )
+    core.fill(conn, QUEUE, total, channels)
     calls, start = 0, time.perf_counter()
     done = 0
     while done < total:
@@ -163,6 +180,10 @@ def one_round(url: str, args: argparse.Namespace) -> dict[str, float]:
             "TRUNCATE lonnymq_message, lonnymq_dedup, lonnymq_dead_message, lonnymq_channel, lonnymq_wake"
         )
         figures["dequeue+ack 100"] = drain(conn, args.drain)
+        conn.execute(
+            "TRUNCATE lonnymq_message, lonnymq_dedup, lonnymq_dead_message, lonnymq_channel, lonnymq_wake"
+        )
+        figures["same, capped channels"] = drain(conn, args.drain, capped=True)
         conn.execute("VACUUM ANALYZE lonnymq_message, lonnymq_channel, lonnymq_wake")
     return figures
 

@@ -291,6 +291,9 @@ class ChannelAdmin(NoBulkDelete, DatabaseAdmin):
             return f"{when(obj.hold_until)} (ordered: its first message waits for its retry)"
         if ready and obj.max_concurrency is not None and obj.in_flight >= obj.max_concurrency:
             return "when a slot frees (at its cap)"
+        need = min(obj.head_slots, obj.max_concurrency or 1)
+        if ready and obj.max_concurrency is not None and obj.in_flight + need > obj.max_concurrency:
+            return f"when {need} slots are free (its next message takes {obj.head_slots})"
         if obj.next_dequeue_at is not None and obj.next_dequeue_at > now_ms():
             return when(obj.next_dequeue_at)  # a rate limit's turn, or a scheduled message
         return "now: waiting for a worker" if ready else "-"

@@ -137,7 +137,7 @@ SELECT c.id, c.name, c.paused, c.max_concurrency, c.in_flight, c.weight, c.relea
        c.rate_count, c.rate_period_ms, c.rate_burst, c.next_dequeue_at, c.last_dequeue_at,
        c.released_total + COALESCE((SELECT pg_catalog.sum(r.released) FROM lonnymq_release_count r
                                      WHERE r.channel_id = c.id), 0) AS released,
-       top.head_at, now_ms.v AS now_ms, n.ready, n.scheduled
+       top.head_at, now_ms.v AS now_ms, n.ready, n.scheduled, c.head_slots
   FROM top JOIN lonnymq_channel c ON c.id = top.id CROSS JOIN now_ms
   LEFT JOIN lonnymq_channel_counts_v1(ARRAY(SELECT id FROM top), %(cap)s::integer) n ON n.channel_id = c.id
  ORDER BY top.not_ready, top.head_at NULLS LAST, c.in_flight DESC, c.name

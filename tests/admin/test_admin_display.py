@@ -12,6 +12,7 @@ from django.urls import reverse
 from django.utils import formats, timezone
 
 from django_lonnymq import api
+from django_lonnymq.api import Item
 from django_lonnymq.models import Channel, QueueConfig
 
 from .conftest import dequeue
@@ -77,6 +78,10 @@ def test_next_release_tells_nothing_ready_from_waiting_for_a_worker(admin_client
     assert readonly(change_page(admin_client, idle), "next_release") == "-"  # nothing due
     assert next_release(QUEUE, "waiting") == "now: waiting for a worker"
     assert next_release("t_display_cap", "capped") == "when a slot frees (at its cap)"
+    api.configure_channel("t_display_cap", "gpu", max_concurrency=4)
+    api.enqueue_many("t_display_cap", [Item({"n": 1}, slots=2), Item({"n": 2}, slots=3)], channel="gpu")
+    assert len(dequeue("t_display_cap", batch_size=5)) == 1  # 2 of 4 slots taken, the next asks 3
+    assert next_release("t_display_cap", "gpu") == "when 3 slots are free (its next message takes 3)"
     api.configure_channel(QUEUE, "waiting", paused=True)
     assert next_release(QUEUE, "waiting") == "- (paused)"
 

@@ -35,18 +35,20 @@ def record_only(message: Message) -> None:
 
 @handler("t_sleep")
 def sleep_then_record(message: Message) -> None:
-    """Records start and end, and tracks in-flight per channel in testapp_inflight."""
+    """Records start and end, and tracks in-flight per channel in testapp_inflight: in slots,
+    when the payload says how many its message takes (``"slots"``; 1 otherwise)."""
     record(message, "start")
+    slots = int(message.payload.get("slots", 1))
     with connection.cursor() as cursor:
         cursor.execute(
-            "UPDATE testapp_inflight SET now = now + 1, peak = greatest(peak, now + 1) WHERE channel = %s",
-            [message.channel],
+            "UPDATE testapp_inflight SET now = now + %s, peak = greatest(peak, now + %s) WHERE channel = %s",
+            [slots, slots, message.channel],
         )
     try:
         time.sleep(float(message.payload.get("seconds", 0.05)))
     finally:
         with connection.cursor() as cursor:
-            cursor.execute("UPDATE testapp_inflight SET now = now - 1 WHERE channel = %s", [message.channel])
+            cursor.execute("UPDATE testapp_inflight SET now = now - %s WHERE channel = %s", [slots, message.channel])
     record(message, "done")
 
 

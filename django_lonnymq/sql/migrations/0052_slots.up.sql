@@ -1085,8 +1085,10 @@ BEGIN
     --    picked has a bucket, costs are not read at all: the plain query below.
     --    A capped channel takes messages in order while their slots fit its free ones (each
     --    counted at most its cap, so a message that asks more than a smaller cap runs once
-    --    the cap is free); a message that asks fewer never passes one that asks more.
-    IF v_buckets OR v_qc.rate_count IS NOT NULL THEN
+    --    the cap is free); a message that asks fewer never passes one that asks more. Without
+    --    a cap on the queue or on a channel picked, slots are not read either (nothing counts
+    --    them): the plain query.
+    IF v_buckets OR v_qc.rate_count IS NOT NULL OR v_limited IS NOT NULL OR v_qc.max_concurrency IS NOT NULL THEN
         SELECT pg_catalog.array_agg(x.id), pg_catalog.array_agg(x.ord), pg_catalog.array_agg(x.rnd),
                pg_catalog.array_agg(x.cost), pg_catalog.array_agg(x.slots)
           INTO v_msg_ids, v_msg_ords, v_msg_rounds, v_msg_costs, v_msg_slots
@@ -1118,30 +1120,24 @@ BEGIN
              ORDER BY 4, p.ord, m.rank
           ) x;
     ELSE
-        SELECT pg_catalog.array_agg(x.id), pg_catalog.array_agg(x.ord), pg_catalog.array_agg(x.rnd),
-               pg_catalog.array_agg(x.slots)
-          INTO v_msg_ids, v_msg_ords, v_msg_rounds, v_msg_slots
+        SELECT pg_catalog.array_agg(x.id), pg_catalog.array_agg(x.ord), pg_catalog.array_agg(x.rnd)
+          INTO v_msg_ids, v_msg_ords, v_msg_rounds
           FROM (
-            SELECT m.id, m.rank, p.ord, (p.used + m.rank - 1) / p.weight AS rnd, m.slots
+            SELECT m.id, m.rank, p.ord, (p.used + m.rank - 1) / p.weight AS rnd
               FROM ROWS FROM (pg_catalog.unnest(v_ch_ids), pg_catalog.unnest(v_quotas),
-                              pg_catalog.unnest(v_weights), pg_catalog.unnest(v_used),
-                              pg_catalog.unnest(v_caps), pg_catalog.unnest(v_slot_rooms))
-                   WITH ORDINALITY AS p(channel_id, room, weight, used, cap, slot_room, ord)
+                              pg_catalog.unnest(v_weights), pg_catalog.unnest(v_used))
+                   WITH ORDINALITY AS p(channel_id, room, weight, used, ord)
               CROSS JOIN LATERAL (
-                  SELECT r.id, r.rank, r.slots
-                    FROM (SELECT q.id, q.slots, pg_catalog.row_number() OVER w AS rank,
-                                 pg_catalog.sum(least(q.slots, p.cap)) OVER w AS taken
-                            FROM (SELECT mm.id, mm.dequeue_at, mm.slots
-                                    FROM lonnymq_message mm
-                                   WHERE mm.channel_id = p.channel_id
-                                     AND mm.lease_until IS NULL
-                                     AND mm.dequeue_at <= v_now
-                                   ORDER BY mm.dequeue_at, mm.id
-                                   LIMIT least(p.room::bigint, (p.weight - p.used)::bigint + v_rounds * p.weight::bigint,
-                                               v_batch::bigint)
-                                     FOR UPDATE OF mm SKIP LOCKED) q
-                          WINDOW w AS (ORDER BY q.dequeue_at, q.id)) r
-                   WHERE p.cap IS NULL OR r.taken <= p.slot_room
+                  SELECT q.id, pg_catalog.row_number() OVER (ORDER BY q.dequeue_at, q.id) AS rank
+                    FROM (SELECT mm.id, mm.dequeue_at
+                            FROM lonnymq_message mm
+                           WHERE mm.channel_id = p.channel_id
+                             AND mm.lease_until IS NULL
+                             AND mm.dequeue_at <= v_now
+                           ORDER BY mm.dequeue_at, mm.id
+                           LIMIT least(p.room::bigint, (p.weight - p.used)::bigint + v_rounds * p.weight::bigint,
+                                       v_batch::bigint)
+                             FOR UPDATE OF mm SKIP LOCKED) q
               ) m
              ORDER BY 4, p.ord, m.rank
           ) x;
