@@ -126,7 +126,7 @@ RELEASED = {
     "0051_publish_costs.down.sql": "bb1efb974d9ffb79d65e4cafa8abbce775d8af5774227da066e64db060ef75e6",
     "0051_publish_costs.up.sql": "8596f2cedc713004510dac2ba6e9b0c6744c8ceef7121cfac7dfcda184421a56",
     "0052_slots.down.sql": "fdf1222f2eea0fcc034672792a243273d5491f2a60e104bb6dc83783cd6699b2",
-    "0052_slots.up.sql": "65fb9bd0d534462c1fb3c0849beeb80b5d4dbbff6e1d007a6cee4d63b88f10ea",
+    "0052_slots.up.sql": "afadbf38ad8f46357dcb8a4d3fc8380925d92bfb6757c5f0497dbfc753158a5b",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
