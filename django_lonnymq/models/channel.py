@@ -108,6 +108,8 @@ class Channel(models.Model):
     blocked_by = models.BigIntegerField(
         null=True, blank=True, help_text="The dead message that blocks this ordered channel."
     )
+    # Whether ordered is the channel's own (configure_channel(ordered=...)) or its plan's.
+    own_ordered = models.BooleanField(default=False)
 
     def delete(self, using: str | None = None, keep_parents: bool = False) -> tuple[int, dict[str, int]]:
         """Through ``lonnymq_delete_channel_v1`` (see :func:`_delete_channels`); raises
@@ -214,7 +216,8 @@ class Channel(models.Model):
         return f"{self.queue}/{self.name}"
 
     def limit_sources(self) -> list[tuple[str, str, str]]:
-        """``(limit, value in effect, where it comes from)`` for each limit a plan can give:
+        """``(limit, value in effect, where it comes from)`` for each limit a plan can give (and
+        strict order):
         ``"own"`` (set on the channel), ``"plan <name>"`` or ``"default"``."""
         plan_source = f"plan {self.plan.name}" if self.plan_id is not None and self.plan else "default"
         rate = self.rate
@@ -227,6 +230,7 @@ class Channel(models.Model):
             ),
             ("release_interval", f"{self.release_interval_ms} ms", self.own_release_interval),
             ("rate", "none" if rate is None else str(rate), self.own_rate),
+            ("ordered", "yes" if self.ordered else "no", self.own_ordered),
         ]
         return [(limit, value, "own" if own else plan_source) for limit, value, own in rows]
 
