@@ -7,9 +7,9 @@ the same work runs on each:
 
 * enqueue 1: ``--singles`` single enqueues, one transaction each, 10 channels;
 * enqueue 100: batches of 100 messages over 100 channels (the app's ``lonnymq_enqueue_many_v4``,
-  or what it called on a base migrated before 0052);
+  or what it called on a base migrated before 0053);
 * enqueue 2,000 channels: ``--wide`` calls of the app's bulk enqueue
-  (``lonnymq_enqueue_many_v4``, or what it called before 0052) of 2,000 messages, one per channel (past
+  (``lonnymq_enqueue_many_v4``, or what it called before 0053) of 2,000 messages, one per channel (past
   64 channels it takes stripe locks since 0040);
 * dequeue+ack 100: with 1,000 backlogged channels, lease 100 messages and ack them, until
   ``--drain`` messages are done; then the same with every channel capped at 1,000 (the caps'
@@ -69,7 +69,7 @@ def with_suffix(url: str, suffix: str) -> str:
     return f"{head}/{name}_{suffix}" + (f"?{query}" if query else "")
 
 
-# The single enqueue before lonnymq_enqueue_v4 (migration 0052 added the slots).
+# The single enqueue before lonnymq_enqueue_v4 (migration 0053 added the slots).
 ENQUEUE_V3 = (
     "SELECT lonnymq_enqueue_v3(%(queue)s::text, %(channel)s::text, %(payload)s::jsonb, %(run_at_ms)s::bigint,"
     " %(delay_ms)s::bigint, %(priority)s::integer, %(dedup_key)s::text, %(on_duplicate)s::text,"
@@ -90,7 +90,7 @@ ENQUEUE_V1 = (
 
 
 def enqueue_singles(conn: psycopg.Connection[Any], n: int) -> float:
-    """The app's enqueue statement, or on a base migrated before 0052 (0049, 0025) the one it sent then."""
+    """The app's enqueue statement, or on a base migrated before 0053 (0049, 0025) the one it sent then."""
     has_v4, has_v3, has_v2 = conn.execute(
         "SELECT to_regproc('lonnymq_enqueue_v4') IS NOT NULL, to_regproc('lonnymq_enqueue_v3') IS NOT NULL,"
         " to_regproc('lonnymq_enqueue_v2') IS NOT NULL"

@@ -262,19 +262,25 @@ def configure_channel(
     Plans: ``plan="premium"`` makes the channel follow that plan (``None``: no plan; an
     unknown name raises :class:`~django_lonnymq.exceptions.UnknownPlan`). A limit given here
     becomes the channel's own and overrides its plan's; ``inherit`` names limits
-    (``"weight"``, ``"max_concurrency"``, ``"release_interval"``, ``"rate"``; ``True``: all
-    four) that follow the plan, or the defaults without one, again.
+    (``"weight"``, ``"max_concurrency"``, ``"release_interval"``, ``"rate"``, ``"ordered"``;
+    ``True``: all five) that follow the plan, or the defaults without one, again.
 
     ``ordered=True``: strict order (docs/limits-and-progress.md). The channel runs one message
     at a time (its ``max_concurrency`` becomes 1, its own, and may not change while ordered)
     in release order; a message waiting for its retry or snoozed holds the channel, a dead one
     blocks it until :func:`requeue_dead` brings it back or :func:`unblock_channel` skips it.
     ``ordered=False`` lifts any hold or block at once (the cap stays 1 until you change it).
+    Either is the channel's own: a plan's ``ordered`` (:func:`configure_plan`) no longer
+    changes it until ``inherit=["ordered"]``.
     """
     arguments.queue(queue)
     arguments.channel(channel)
     if ordered is not _UNSET and not isinstance(ordered, bool):
         raise InvalidArgument("ordered", "must be a boolean", ordered)
+    if not isinstance(inherit, bool) and inherit is not None and not isinstance(inherit, str):
+        inherit = list(inherit) if isinstance(inherit, Iterable) else inherit
+    if ordered is not _UNSET and (inherit is True or (isinstance(inherit, list) and "ordered" in inherit)):
+        raise InvalidArgument("inherit", "cannot name a limit the call also sets", "ordered")
     if ordered is True:
         if max_concurrency is not _UNSET and max_concurrency != 1:
             raise InvalidArgument("max_concurrency", "must be 1 for an ordered channel", max_concurrency)
@@ -300,9 +306,16 @@ def configure_channel(
     alias = queue_database(queue, using)
     try:
         with transaction.atomic(using=alias):
+            if ordered is False:
+                # Unordered first (the channel made if need be), so the call's cap or plan may
+                # be one an ordered channel could not take.
+                bare = dict.fromkeys(params, None) | {"queue": queue, "channel": channel, "inherit": []}
+                bare |= {"unlimited": False, "no_rate": False, "no_plan": False}
+                statements.configure_channel(**bare, on=alias)
+                statements.order_channel(queue=queue, channel=channel, ordered=False, on=alias)
             channel_id = int(statements.configure_channel(**params, on=alias))
-            if ordered is not _UNSET:
-                statements.order_channel(queue=queue, channel=channel, ordered=ordered, on=alias)
+            if ordered is True:
+                statements.order_channel(queue=queue, channel=channel, ordered=True, on=alias)
     except IntegrityError as exc:
         if "lonnymq_channel_ordered_one_at_a_time" not in str(exc):
             raise
@@ -346,7 +359,8 @@ def unblock_channel(queue: str, channel: str, *, using: str | None = None) -> in
     return None if skipped is None else int(skipped)
 
 
-PLAN_LIMITS = ("weight", "max_concurrency", "release_interval", "rate")
+# What a channel takes from its plan unless it sets it itself (configure_channel's inherit).
+PLAN_LIMITS = ("weight", "max_concurrency", "release_interval", "rate", "ordered")
 
 
 def _limit_params(weight: Any, max_concurrency: Any, release_interval: Any, rate: Any) -> dict[str, Any]:
@@ -398,18 +412,37 @@ def configure_plan(
     max_concurrency: int | None = _UNSET,
     release_interval: timedelta | float | None = _UNSET,
     rate: Rate | str | None = _UNSET,
+    ordered: bool = _UNSET,
     using: str | None = None,
 ) -> int:
     """Create or change a plan, a named set of limits; omitted ones keep their value (a new
-    plan starts from the defaults: weight 1, no cap, no release interval, no rate).
+    plan starts from the defaults: weight 1, no cap, no release interval, no rate, not
+    ordered).
 
     The limits mean what they mean on :func:`configure_channel`. Every channel that follows
     the plan takes the new values of the limits it does not set itself, in one SQL statement,
     before this returns (inside a transaction: when it commits). Returns how many channels
     changed.
+
+    ``ordered=True``: strict order for every channel of the plan that does not set
+    ``ordered`` itself, as ``configure_channel(ordered=True)`` gives one channel, and for the
+    plan's new channels from their creation. The plan's ``max_concurrency`` becomes 1 and
+    stays 1 while it is ordered (another cap raises
+    :class:`~django_lonnymq.exceptions.InvalidArgument`, and so does a channel of the plan
+    whose own cap is not 1). ``ordered=False`` lifts those channels' holds and blocks at once.
     """
     arguments.name("name", name, bounds.MAX_PLAN_NAME)
-    params = {"name": name, **_limit_params(weight, max_concurrency, release_interval, rate)}
+    if ordered is not _UNSET and not isinstance(ordered, bool):
+        raise InvalidArgument("ordered", "must be a boolean", ordered)
+    if ordered is True:
+        if max_concurrency is not _UNSET and max_concurrency != 1:
+            raise InvalidArgument("max_concurrency", "must be 1 for an ordered plan", max_concurrency)
+        max_concurrency = 1
+    params = {
+        "name": name,
+        **_limit_params(weight, max_concurrency, release_interval, rate),
+        "ordered": None if ordered is _UNSET else ordered,
+    }
     return int(statements.configure_plan(**params, on=using))
 
 

@@ -21,7 +21,7 @@ from django.utils.http import urlencode
 
 from .. import api, bounds
 from ..exceptions import LonnyMQError
-from ..models import Plan
+from ..models import Channel, Plan
 from .common import NoBulkDelete, RateField, StorableOnly, rate_text
 
 MAX_RELEASE_INTERVAL_MS = bounds.MAX_INTERVAL // timedelta(milliseconds=1)
@@ -32,7 +32,7 @@ class PlanForm(forms.ModelForm):
 
     class Meta:
         model = Plan
-        fields = ["name", "weight", "max_concurrency", "release_interval_ms"]
+        fields = ["name", "weight", "max_concurrency", "release_interval_ms", "ordered"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -47,6 +47,26 @@ class PlanForm(forms.ModelForm):
         if not 1 <= value <= bounds.MAX_WEIGHT:
             raise forms.ValidationError(f"Weight must be between 1 and {bounds.MAX_WEIGHT}.")
         return int(value)
+
+    def clean(self) -> dict[str, Any]:
+        """The channels that would refuse the change (configure_plan says the same, later)."""
+        data = super().clean() or self.cleaned_data
+        if self.instance.pk is None:
+            return data
+        channels = Channel.objects.using(router.db_for_read(Channel)).filter(plan_id=self.instance.pk)
+        if data.get("ordered") and not self.instance.ordered:
+            clash = (
+                channels.filter(own_ordered=False, own_max_concurrency=True)
+                .exclude(max_concurrency=1)
+                .order_by("id")
+                .first()
+            )
+            if clash is not None:
+                raise forms.ValidationError(
+                    f"Channel {clash} sets its own max concurrency ({clash.max_concurrency or 'unlimited'}): "
+                    "let its cap follow the plan, or make it unordered on its own page, first."
+                )
+        return data
 
     def clean_max_concurrency(self) -> int | None:
         value = self.cleaned_data.get("max_concurrency")
@@ -72,6 +92,7 @@ class PlanAdmin(NoBulkDelete, StorableOnly, admin.ModelAdmin):
         "cap",
         "release_interval_ms",
         "rate_display",
+        "ordered",
         "channel_count",
         "default_of",
     )
@@ -83,7 +104,7 @@ class PlanAdmin(NoBulkDelete, StorableOnly, admin.ModelAdmin):
         return super().get_queryset(request).annotate(lq_channels=Count("channels", distinct=True))
 
     def get_fields(self, request: HttpRequest, obj: Plan | None = None) -> Any:
-        limits = ("weight", "max_concurrency", "release_interval_ms", "rate")
+        limits = ("weight", "max_concurrency", "release_interval_ms", "rate", "ordered")
         if obj is None:
             return ("name", *limits)
         return ("name", *limits, "channel_count", "default_of", "updated_at")
@@ -119,7 +140,9 @@ class PlanAdmin(NoBulkDelete, StorableOnly, admin.ModelAdmin):
     def save_model(self, request: HttpRequest, obj: Plan, form: forms.ModelForm, change: bool) -> None:
         """Create or change through ``api.configure_plan``; only the changed limits are passed."""
         fields = (
-            set(form.changed_data) if change else {"weight", "max_concurrency", "release_interval_ms", "rate"}
+            set(form.changed_data)
+            if change
+            else {"weight", "max_concurrency", "release_interval_ms", "rate", "ordered"}
         )
         changes: dict[str, Any] = {}
         if "weight" in fields:
@@ -130,6 +153,8 @@ class PlanAdmin(NoBulkDelete, StorableOnly, admin.ModelAdmin):
             changes["release_interval"] = timedelta(milliseconds=obj.release_interval_ms)
         if "rate" in fields and "rate" in form.cleaned_data:
             changes["rate"] = form.cleaned_data["rate"]
+        if "ordered" in fields:
+            changes["ordered"] = obj.ordered
         using = router.db_for_write(Plan)
         changed = api.configure_plan(obj.name, using=using, **changes)
         saved = Plan.objects.using(using).get(name=obj.name)

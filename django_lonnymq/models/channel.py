@@ -113,6 +113,8 @@ class Channel(models.Model):
     head_slots = models.IntegerField(
         default=1, editable=False, help_text="Slots its next message takes, as the last release saw it."
     )
+    # Whether ordered is the channel's own (configure_channel(ordered=...)) or its plan's.
+    own_ordered = models.BooleanField(default=False)
 
     def delete(self, using: str | None = None, keep_parents: bool = False) -> tuple[int, dict[str, int]]:
         """Through ``lonnymq_delete_channel_v1`` (see :func:`_delete_channels`); raises
@@ -226,7 +228,8 @@ class Channel(models.Model):
         return f"{self.queue}/{self.name}"
 
     def limit_sources(self) -> list[tuple[str, str, str]]:
-        """``(limit, value in effect, where it comes from)`` for each limit a plan can give:
+        """``(limit, value in effect, where it comes from)`` for each limit a plan can give (and
+        strict order):
         ``"own"`` (set on the channel), ``"plan <name>"`` or ``"default"``."""
         plan_source = f"plan {self.plan.name}" if self.plan_id is not None and self.plan else "default"
         rate = self.rate
@@ -239,6 +242,7 @@ class Channel(models.Model):
             ),
             ("release_interval", f"{self.release_interval_ms} ms", self.own_release_interval),
             ("rate", "none" if rate is None else str(rate), self.own_rate),
+            ("ordered", "yes" if self.ordered else "no", self.own_ordered),
         ]
         return [(limit, value, "own" if own else plan_source) for limit, value, own in rows]
 

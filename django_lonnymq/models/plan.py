@@ -39,6 +39,10 @@ class Plan(models.Model):
     rate_burst = models.IntegerField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(default=timezone.now, editable=False)
+    ordered = models.BooleanField(
+        default=False,
+        help_text="Strict order for the plan's channels: one message at a time, in release order.",
+    )
 
     class Meta:
         db_table = "lonnymq_plan"
@@ -75,6 +79,12 @@ class Plan(models.Model):
             models.CheckConstraint(
                 condition=Q(rate_burst__gte=1, rate_burst__lte=MAX_RATE_BURST),
                 name="lonnymq_plan_rate_burst_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(ordered=False) | Q(max_concurrency__isnull=False, max_concurrency=1),
+                name="lonnymq_plan_ordered_one_at_a_time",
+                violation_error_message="An ordered plan runs one message at a time per channel: "
+                "max concurrency 1.",
             ),
         ]
 

@@ -210,11 +210,11 @@ SELECT lonnymq_configure_channel_v4(%(queue)s::text, %(channel)s::text, %(max_co
                                     %(inherit)s::text[])
 
 -- name: configure_plan
--- Create or change a plan and rewrite its channels' limits; how many channels changed.
-SELECT lonnymq_configure_plan_v1(%(name)s::text, %(weight)s::integer, %(max_concurrency)s::integer,
+-- Create or change a plan and rewrite its channels' limits and order; how many channels changed.
+SELECT lonnymq_configure_plan_v2(%(name)s::text, %(weight)s::integer, %(max_concurrency)s::integer,
                                  %(unlimited)s::boolean, %(release_interval_ms)s::bigint,
                                  %(rate_count)s::integer, %(rate_period_ms)s::bigint, %(rate_burst)s::integer,
-                                 %(no_rate)s::boolean)
+                                 %(no_rate)s::boolean, %(ordered)s::boolean)
 
 -- name: delete_plan
 SELECT lonnymq_delete_plan_v1(%(name)s::text)

@@ -60,6 +60,11 @@ CREATE TABLE lonnymq_plan (
     rate_burst          integer     NULL,
     created_at          timestamptz NOT NULL DEFAULT now(),
     updated_at          timestamptz NOT NULL DEFAULT now(),
+    -- Strict order for every channel of the plan that does not set it itself (own_ordered):
+    -- one message at a time, so an ordered plan's cap is 1 (a NULL cap, unlimited, is not).
+    ordered             boolean     NOT NULL DEFAULT false,
+    CONSTRAINT lonnymq_plan_ordered_one_at_a_time
+        CHECK (NOT ordered OR (max_concurrency IS NOT NULL AND max_concurrency = 1)),
     CONSTRAINT lonnymq_plan_name_uniq UNIQUE (name),
     CONSTRAINT lonnymq_plan_name_length CHECK (char_length(name) BETWEEN 1 AND 100),
     CONSTRAINT lonnymq_plan_name_not_blank CHECK (name ~ '\S'),
@@ -149,14 +154,17 @@ CREATE TABLE lonnymq_channel (
     ordered             boolean     NOT NULL DEFAULT false,
     hold_until          bigint      NULL,
     blocked_by          bigint      NULL,
+    CONSTRAINT lonnymq_channel_ordered_one_at_a_time CHECK (NOT ordered OR max_concurrency = 1),
+    CONSTRAINT lonnymq_channel_hold_range CHECK (hold_until BETWEEN 0 AND 253402300799999),
+    CONSTRAINT lonnymq_channel_blocked_is_held CHECK (blocked_by IS NULL OR hold_until IS NOT NULL),
+    -- Whether ordered is the channel's own (configure_channel(ordered=...)) or follows its
+    -- plan's (false without a plan), as own_* for the limits.
+    own_ordered         boolean     NOT NULL DEFAULT false,
     -- The slots (enqueue(slots=k)) its next waiting message takes, as the last dequeue that
     -- visited it saw: a capped channel is eligible while that many are free (at most its cap:
     -- once its cap is free, a message that asks more than a smaller cap still runs).
     head_slots          integer     NOT NULL DEFAULT 1,
-    CONSTRAINT lonnymq_channel_ordered_one_at_a_time CHECK (NOT ordered OR max_concurrency = 1),
-    CONSTRAINT lonnymq_channel_head_slots_range CHECK (head_slots BETWEEN 1 AND 1000000),
-    CONSTRAINT lonnymq_channel_hold_range CHECK (hold_until BETWEEN 0 AND 253402300799999),
-    CONSTRAINT lonnymq_channel_blocked_is_held CHECK (blocked_by IS NULL OR hold_until IS NOT NULL)
+    CONSTRAINT lonnymq_channel_head_slots_range CHECK (head_slots BETWEEN 1 AND 1000000)
 ) WITH (
     -- Every release rewrites the row: leave room on the page and vacuum early.
     fillfactor = 50,
@@ -3373,7 +3381,7 @@ END
 $$;
 
 -- A new channel follows its queue's default plan (lonnymq_queue_plan) unless it names one,
--- and takes the plan's value of every limit it does not set itself. A BEFORE INSERT trigger:
+-- and takes the plan's value of every limit it does not set itself, and its strict order. A BEFORE INSERT trigger:
 -- it runs when a channel is created (by an enqueue, a publish, a requeue or configure_channel),
 -- never on the rows a dequeue or an ack writes. The plan's row is read FOR SHARE, so a
 -- concurrent change of the plan either waits for this transaction (and then rewrites the new
@@ -3404,6 +3412,9 @@ BEGIN
             NEW.rate_period_ms := v_plan.rate_period_ms;
             NEW.rate_burst := v_plan.rate_burst;
         END IF;
+        IF NOT NEW.own_ordered THEN
+            NEW.ordered := v_plan.ordered;
+        END IF;
     END IF;
     RETURN NEW;
 END
@@ -3413,8 +3424,10 @@ CREATE TRIGGER lonnymq_channel_plan BEFORE INSERT ON lonnymq_channel
     FOR EACH ROW EXECUTE FUNCTION lonnymq_channel_plan_v1();
 
 -- Create or change a plan: a NULL limit is left as it is (a new plan starts from the
--- defaults: weight 1, no cap, no interval, no rate); p_unlimited removes the cap, p_no_rate
--- the bucket. Every channel that follows the plan takes the new values of the limits it does
+-- defaults: weight 1, no cap, no interval, no rate, not ordered); p_unlimited removes the cap,
+-- p_no_rate the bucket. p_ordered: strict order for the plan's channels (NULL: as it is); an
+-- ordered plan's cap is 1 (p_ordered true without a cap sets it, another cap is refused:
+-- LQ001 max_concurrency, and lonnymq_plan_ordered_one_at_a_time). Every channel that follows the plan takes the new values of the limits it does
 -- not set itself, in one statement (no loop over channels), with what
 -- lonnymq_configure_channel_v3 does to one channel:
 -- - a channel that gets a cap where it had none counts its leases already running. Before
@@ -3424,14 +3437,20 @@ CREATE TRIGGER lonnymq_channel_plan BEFORE INSERT ON lonnymq_channel
 --   lease escapes the count;
 -- - the channel rows are locked in id order (the order acks give slots back in), then
 --   written; a new weight starts a new round, a new or changed rate a full bucket, and a
---   shorter interval or a bucket removed may bring the next turn earlier.
+--   shorter interval or a bucket removed may bring the next turn earlier;
+-- - with lonnymq_order_channel_v1's meaning, each channel that does not set its order itself
+--   (own_ordered) becomes ordered with the plan, or stops being ordered (its hold or block
+--   lifted at once, its next turn brought back to its head) in the same row write as its cap.
+--   Refused (LQ001) before any channel is written: ordering a channel whose own cap is not 1
+--   (field ordered), a cap other than 1 for an ordered channel that follows the plan's cap
+--   (field max_concurrency).
 -- The plan's row is locked first (channel creation and configure_channel read it FOR SHARE,
 -- before the channel's row). Returns how many channels changed.
-CREATE FUNCTION lonnymq_configure_plan_v1(
+CREATE FUNCTION lonnymq_configure_plan_v2(
     p_name text, p_weight integer DEFAULT NULL, p_max_concurrency integer DEFAULT NULL,
     p_unlimited boolean DEFAULT false, p_release_interval_ms bigint DEFAULT NULL,
     p_rate_count integer DEFAULT NULL, p_rate_period_ms bigint DEFAULT NULL, p_rate_burst integer DEFAULT NULL,
-    p_no_rate boolean DEFAULT false
+    p_no_rate boolean DEFAULT false, p_ordered boolean DEFAULT NULL
 ) RETURNS integer
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -3445,6 +3464,9 @@ DECLARE
     v_claim_counts integer[];
     v_queues       text[];
     v_changed      integer;
+    v_old_cap      integer;
+    v_was_ordered  boolean;
+    v_clash        record;
 BEGIN
     PERFORM lonnymq_check_plan_name_v1(p_name);
     IF p_max_concurrency IS NOT NULL AND p_max_concurrency < 1 THEN
@@ -3452,6 +3474,10 @@ BEGIN
     END IF;
     IF p_max_concurrency IS NOT NULL AND coalesce(p_unlimited, false) THEN
         PERFORM lonnymq_raise_invalid_v1('max_concurrency', 'cannot be combined with unlimited', p_max_concurrency::text);
+    END IF;
+    IF p_ordered AND (coalesce(p_unlimited, false) OR p_max_concurrency <> 1) THEN
+        PERFORM lonnymq_raise_invalid_v1('max_concurrency', 'must be 1 for an ordered plan',
+                                         coalesce(p_max_concurrency::text, 'null'));
     END IF;
     PERFORM lonnymq_check_range_v1('release_interval_ms', p_release_interval_ms, 0::bigint, 31622400000::bigint, true);
     PERFORM lonnymq_check_range_v1('weight', p_weight::bigint, 1::bigint, 1000::bigint, true);
@@ -3467,10 +3493,19 @@ BEGIN
 
     INSERT INTO lonnymq_plan (name) VALUES (p_name) ON CONFLICT (name) DO NOTHING;
     SELECT * INTO v_plan FROM lonnymq_plan p WHERE p.name = p_name FOR NO KEY UPDATE;
+    v_old_cap := v_plan.max_concurrency;
+    v_was_ordered := v_plan.ordered;
+    IF p_ordered IS NULL AND v_plan.ordered AND (coalesce(p_unlimited, false) OR p_max_concurrency <> 1) THEN
+        PERFORM lonnymq_raise_invalid_v1('max_concurrency',
+                                         'must stay 1 while the plan is ordered (configure_plan(ordered=False) first)',
+                                         coalesce(p_max_concurrency::text, 'null'));
+    END IF;
     UPDATE lonnymq_plan p
        SET weight = coalesce(p_weight, p.weight),
            max_concurrency = CASE WHEN coalesce(p_unlimited, false) THEN NULL
+                                  WHEN p_ordered AND p_max_concurrency IS NULL THEN 1
                                   ELSE coalesce(p_max_concurrency, p.max_concurrency) END,
+           ordered = coalesce(p_ordered, p.ordered),
            release_interval_ms = coalesce(p_release_interval_ms, p.release_interval_ms),
            rate_count = CASE WHEN v_new_rate THEN p_rate_count WHEN p_no_rate THEN NULL ELSE p.rate_count END,
            rate_period_ms = CASE WHEN v_new_rate THEN p_rate_period_ms WHEN p_no_rate THEN NULL ELSE p.rate_period_ms END,
@@ -3490,6 +3525,33 @@ BEGIN
            FOR UPDATE OF m;
     END IF;
     PERFORM 1 FROM lonnymq_channel c WHERE c.plan_id = v_plan.id ORDER BY c.id FOR NO KEY UPDATE OF c;
+    -- Strict order and a cap other than 1 never meet on a channel (the channel's CHECK): say
+    -- which channel stands in the way, and how to move it, before writing any.
+    IF v_plan.ordered AND NOT v_was_ordered THEN
+        SELECT c.queue, c.name, c.max_concurrency INTO v_clash FROM lonnymq_channel c
+         WHERE c.plan_id = v_plan.id AND NOT c.own_ordered AND c.own_max_concurrency
+           AND c.max_concurrency IS DISTINCT FROM 1
+         ORDER BY c.id LIMIT 1;
+        IF FOUND THEN
+            PERFORM lonnymq_raise_invalid_v1('ordered', pg_catalog.format(
+                'cannot order channel %s of queue %s, whose own max_concurrency is %s (let its cap follow the plan, '
+                'or keep it unordered: configure_channel(..., ordered=False))',
+                pg_catalog.quote_literal(v_clash.name), pg_catalog.quote_literal(v_clash.queue),
+                coalesce(v_clash.max_concurrency::text, 'null')), 'true');
+        END IF;
+    END IF;
+    IF v_plan.max_concurrency IS DISTINCT FROM 1 AND v_old_cap IS NOT DISTINCT FROM 1 THEN
+        SELECT c.queue, c.name INTO v_clash FROM lonnymq_channel c
+         WHERE c.plan_id = v_plan.id AND c.own_ordered AND c.ordered AND NOT c.own_max_concurrency
+         ORDER BY c.id LIMIT 1;
+        IF FOUND THEN
+            PERFORM lonnymq_raise_invalid_v1('max_concurrency', pg_catalog.format(
+                'must stay 1: channel %s of queue %s is ordered and follows the plan''s cap (give it its own '
+                'cap of 1 first: configure_channel(..., max_concurrency=1))',
+                pg_catalog.quote_literal(v_clash.name), pg_catalog.quote_literal(v_clash.queue)),
+                coalesce(v_plan.max_concurrency::text, 'null'));
+        END IF;
+    END IF;
     IF v_plan.max_concurrency IS NOT NULL THEN
         -- A new statement: it sees the leases of the dequeuers the row locks waited for. A
         -- locked lease is being acked, failed or reaped (leaving flight): skipped, as in
@@ -3519,6 +3581,8 @@ BEGIN
                CASE WHEN c.own_rate THEN c.rate_count ELSE v_plan.rate_count END AS rate_count,
                CASE WHEN c.own_rate THEN c.rate_period_ms ELSE v_plan.rate_period_ms END AS rate_period_ms,
                CASE WHEN c.own_rate THEN c.rate_burst ELSE v_plan.rate_burst END AS rate_burst,
+               CASE WHEN c.own_ordered THEN c.ordered ELSE v_plan.ordered END AS ordered,
+               c.ordered AS old_ordered, c.hold_until AS old_hold_until,
                c.weight AS old_weight, c.max_concurrency AS old_max_concurrency,
                c.release_interval_ms AS old_release_interval_ms, c.rate_count AS old_rate_count,
                c.rate_period_ms AS old_rate_period_ms, c.rate_burst AS old_rate_burst
@@ -3533,11 +3597,12 @@ BEGIN
           LEFT JOIN ROWS FROM (pg_catalog.unnest(v_claim_ids), pg_catalog.unnest(v_claim_counts)) AS cl(channel_id, n)
             ON cl.channel_id = t.id
           -- The head only where the next turn may come earlier: a shorter interval, a rate
-          -- changed or removed (a cap or a weight does not move it).
+          -- changed or removed, a hold lifted (a cap or a weight does not move it).
           LEFT JOIN LATERAL (
               SELECT mm.dequeue_at FROM lonnymq_message mm
                WHERE mm.channel_id = t.id AND mm.lease_until IS NULL
                  AND (t.release_interval_ms < t.old_release_interval_ms
+                      OR (t.old_hold_until IS NOT NULL AND NOT t.ordered)
                       OR (t.rate_count, t.rate_period_ms, t.rate_burst)
                          IS DISTINCT FROM (t.old_rate_count, t.old_rate_period_ms, t.old_rate_burst))
                ORDER BY mm.dequeue_at, mm.id LIMIT 1
@@ -3545,6 +3610,7 @@ BEGIN
          WHERE (t.weight, t.max_concurrency, t.release_interval_ms, t.rate_count, t.rate_period_ms, t.rate_burst)
                IS DISTINCT FROM (t.old_weight, t.old_max_concurrency, t.old_release_interval_ms, t.old_rate_count,
                                  t.old_rate_period_ms, t.old_rate_burst)
+            OR t.ordered IS DISTINCT FROM t.old_ordered
             OR cl.n IS NOT NULL
     ), written AS (
         UPDATE lonnymq_channel c
@@ -3556,6 +3622,9 @@ BEGIN
                rate_count = x.rate_count,
                rate_period_ms = x.rate_period_ms,
                rate_burst = x.rate_burst,
+               ordered = x.ordered,
+               hold_until = CASE WHEN x.ordered THEN c.hold_until END,
+               blocked_by = CASE WHEN x.ordered THEN c.blocked_by END,
                bucket_level = CASE WHEN x.new_rate THEN NULL ELSE c.bucket_level END,
                next_token_at = CASE WHEN x.new_rate THEN NULL ELSE c.next_token_at END,
                next_dequeue_at = CASE WHEN x.head IS NULL THEN c.next_dequeue_at
@@ -3637,7 +3706,10 @@ $$;
 -- - p_plan: the channel follows that plan (LQ260 when there is none); p_no_plan: no plan.
 -- Every limit that is not the channel's own then takes the plan's value (or the default),
 -- written through lonnymq_configure_channel_v3, so a cap set counts the running leases and a
--- new rate starts with a full bucket, as there. The plan's row is read FOR SHARE before the
+-- new rate starts with a full bucket, as there. So does strict order unless the channel set
+-- it itself (own_ordered; p_inherit 'ordered' follows the plan again): a channel the plan
+-- orders gets ordered after its cap became 1 (a cap other than 1 is refused, LQ001), one
+-- that stops being ordered has its hold or block lifted before its cap changes, and is woken. The plan's row is read FOR SHARE before the
 -- channel's row is locked (the order lonnymq_configure_plan_v1 takes them in).
 CREATE FUNCTION lonnymq_configure_channel_v4(
     p_queue text, p_channel text, p_max_concurrency integer DEFAULT NULL, p_unlimited boolean DEFAULT false,
@@ -3669,13 +3741,16 @@ DECLARE
     v_rate_count   integer;
     v_rate_period  bigint;
     v_rate_burst   integer;
+    v_own_ordered  boolean;
+    v_ordered      boolean;
     v_bad          text;
 BEGIN
     PERFORM lonnymq_check_list_v1('inherit', pg_catalog.array_ndims(p_inherit));
     SELECT u.x INTO v_bad FROM pg_catalog.unnest(v_inherit) AS u(x)
-     WHERE u.x IS NULL OR u.x NOT IN ('weight', 'max_concurrency', 'release_interval', 'rate') LIMIT 1;
+     WHERE u.x IS NULL OR u.x NOT IN ('weight', 'max_concurrency', 'release_interval', 'rate', 'ordered') LIMIT 1;
     IF FOUND THEN
-        PERFORM lonnymq_raise_invalid_v1('inherit', 'must name weight, max_concurrency, release_interval or rate',
+        PERFORM lonnymq_raise_invalid_v1('inherit',
+                                         'must name weight, max_concurrency, release_interval, rate or ordered',
                                          pg_catalog.quote_nullable(v_bad));
     END IF;
     SELECT u.x INTO v_bad FROM pg_catalog.unnest(v_inherit) AS u(x)
@@ -3723,16 +3798,32 @@ BEGIN
     v_rate_count := CASE WHEN v_own_rate THEN v_ch.rate_count ELSE v_plan.rate_count END;
     v_rate_period := CASE WHEN v_own_rate THEN v_ch.rate_period_ms ELSE v_plan.rate_period_ms END;
     v_rate_burst := CASE WHEN v_own_rate THEN v_ch.rate_burst ELSE v_plan.rate_burst END;
+    v_own_ordered := CASE WHEN 'ordered' = ANY (v_inherit) THEN false ELSE v_ch.own_ordered END;
+    v_ordered := CASE WHEN v_own_ordered THEN v_ch.ordered ELSE coalesce(v_plan.ordered, false) END;
+    IF v_ordered AND v_cap IS DISTINCT FROM 1 THEN
+        PERFORM lonnymq_raise_invalid_v1('max_concurrency',
+            CASE WHEN v_own_ordered THEN 'must stay 1 while the channel is ordered (configure_channel(ordered=False) first)'
+                 ELSE pg_catalog.format('must be 1: plan %s orders the channel (let its cap follow the plan, '
+                                        'or configure_channel(..., ordered=False) first)',
+                                        pg_catalog.quote_literal(v_plan.name)) END,
+            coalesce(v_cap::text, 'null'));
+    END IF;
 
     UPDATE lonnymq_channel c
        SET plan_id = v_plan.id,
            own_weight = v_own_weight,
            own_max_concurrency = v_own_cap,
            own_release_interval = v_own_interval,
-           own_rate = v_own_rate
+           own_rate = v_own_rate,
+           own_ordered = v_own_ordered,
+           -- Stops being ordered: before its cap may change (lonnymq_channel_ordered_one_at_a_time).
+           ordered = v_ordered AND c.ordered,
+           hold_until = CASE WHEN v_ordered THEN c.hold_until END,
+           blocked_by = CASE WHEN v_ordered THEN c.blocked_by END
      WHERE c.id = v_id
-       AND (c.plan_id, c.own_weight, c.own_max_concurrency, c.own_release_interval, c.own_rate)
-           IS DISTINCT FROM (v_plan.id, v_own_weight, v_own_cap, v_own_interval, v_own_rate);
+       AND (c.plan_id, c.own_weight, c.own_max_concurrency, c.own_release_interval, c.own_rate, c.own_ordered,
+            c.ordered AND NOT v_ordered)
+           IS DISTINCT FROM (v_plan.id, v_own_weight, v_own_cap, v_own_interval, v_own_rate, v_own_ordered, false);
     IF (v_weight, v_cap, v_interval, v_rate_count, v_rate_period, v_rate_burst)
        IS DISTINCT FROM (v_ch.weight, v_ch.max_concurrency, v_ch.release_interval_ms, v_ch.rate_count,
                          v_ch.rate_period_ms, v_ch.rate_burst) THEN
@@ -3752,6 +3843,11 @@ BEGIN
             CASE WHEN (v_rate_count, v_rate_period, v_rate_burst)
                       IS DISTINCT FROM (v_ch.rate_count, v_ch.rate_period_ms, v_ch.rate_burst) THEN v_rate_burst END,
             v_rate_count IS NULL AND v_ch.rate_count IS NOT NULL);
+    END IF;
+    IF v_ordered AND NOT v_ch.ordered THEN
+        UPDATE lonnymq_channel c SET ordered = true WHERE c.id = v_id;
+    ELSIF v_ch.ordered AND NOT v_ordered AND lonnymq_wake_v1(v_id, lonnymq_now_ms_v1(), 0::bigint) THEN
+        PERFORM pg_catalog.pg_notify('lonnymq_wakeup', p_queue);
     END IF;
     RETURN v_id;
 END
@@ -4137,7 +4233,8 @@ END
 $$;
 
 -- Channels whose limits drifted from where they come from: one row per limit that is not
--- the channel's own and differs from its plan's value (or, without a plan, the default).
+-- the channel's own and differs from its plan's value (or, without a plan, the default);
+-- strict order (ordered) counts as one.
 -- lonnymq_check_v2's companion (the named statement check runs both). The channel row's own
 -- columns pick the drifted channels first (typed comparisons, true for every row the text
 -- comparison below reports); only those are spelled out limit by limit.
@@ -4160,14 +4257,16 @@ AS $$
          coalesce(p.release_interval_ms, 0)::text),
         ('rate', NOT c.own_rate,
          NULLIF(pg_catalog.concat_ws('/', c.rate_count, c.rate_period_ms, c.rate_burst), ''),
-         NULLIF(pg_catalog.concat_ws('/', p.rate_count, p.rate_period_ms, p.rate_burst), ''))
+         NULLIF(pg_catalog.concat_ws('/', p.rate_count, p.rate_period_ms, p.rate_burst), '')),
+        ('ordered', NOT c.own_ordered, c.ordered::text, coalesce(p.ordered, false)::text)
      ) AS v(lim, inherited, actual, expected)
      WHERE ((NOT c.own_weight AND c.weight IS DISTINCT FROM coalesce(p.weight, 1))
             OR (NOT c.own_max_concurrency AND c.max_concurrency IS DISTINCT FROM p.max_concurrency)
             OR (NOT c.own_release_interval
                 AND c.release_interval_ms IS DISTINCT FROM coalesce(p.release_interval_ms, 0::bigint))
             OR (NOT c.own_rate AND (c.rate_count, c.rate_period_ms, c.rate_burst)
-                                   IS DISTINCT FROM (p.rate_count, p.rate_period_ms, p.rate_burst)))
+                                   IS DISTINCT FROM (p.rate_count, p.rate_period_ms, p.rate_burst))
+            OR (NOT c.own_ordered AND c.ordered IS DISTINCT FROM coalesce(p.ordered, false)))
        AND v.inherited AND v.actual IS DISTINCT FROM v.expected
 $$;
 
@@ -6196,7 +6295,9 @@ $$;
 -- Make a channel ordered, or not. An ordered channel releases one message at a time (the
 -- caller set max_concurrency 1 in the same transaction: lonnymq_channel_ordered_one_at_a_time),
 -- in release order; a retry or a snooze holds it, a dead message blocks it. Turning it off
--- lifts any hold or block at once and wakes the channel. The channel must exist (LQ001).
+-- lifts any hold or block at once and wakes the channel. Either way the setting becomes the
+-- channel's own (own_ordered): its plan's ordered no longer changes it (configure_channel's
+-- inherit 'ordered' makes it follow the plan again). The channel must exist (LQ001).
 CREATE FUNCTION lonnymq_order_channel_v1(p_queue text, p_channel text, p_ordered boolean) RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -6210,6 +6311,7 @@ BEGIN
     END IF;
     UPDATE lonnymq_channel c
        SET ordered = p_ordered,
+           own_ordered = true,
            hold_until = CASE WHEN p_ordered THEN c.hold_until END,
            blocked_by = CASE WHEN p_ordered THEN c.blocked_by END
      WHERE c.queue = p_queue AND c.name = p_channel

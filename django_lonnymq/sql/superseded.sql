@@ -1573,7 +1573,7 @@ BEGIN
 END
 $$;
 
--- Superseded by lonnymq_give_back_slots_v2 (migration 0052_slots).
+-- Superseded by lonnymq_give_back_slots_v2 (migration 0053_slots).
 -- Kept for rolling deploys from 0.1.x; may be dropped in 0.3.0.
 -- Give back the concurrency slots of leases that took one, locking channels in id order.
 -- Notifies when a channel at its cap gets room again.
@@ -1603,7 +1603,7 @@ BEGIN
 END
 $$;
 
--- Superseded by lonnymq_give_back_queue_slots_v2 (migration 0052_slots).
+-- Superseded by lonnymq_give_back_queue_slots_v2 (migration 0053_slots).
 -- Kept for rolling deploys from 0.1.x; may be dropped in 0.3.0.
 -- Give back the queue-wide slots of leases that took one (p_channel_ids: the channel of each
 -- such lease), one queue row at a time in name order. Notifies when a queue at its cap gets
@@ -1630,5 +1630,173 @@ BEGIN
             PERFORM pg_catalog.pg_notify('lonnymq_wakeup', v_row.queue);
         END IF;
     END LOOP;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- A plan without strict order (the code moved to configure_plan_v2 in 0052_ordered_plans)
+-- ---------------------------------------------------------------------------------------
+
+-- Superseded by lonnymq_configure_plan_v2 (migration 0052_ordered_plans).
+-- Kept for rolling deploys from 0.1.x; may be dropped in 0.3.0.
+-- Create or change a plan: a NULL limit is left as it is (a new plan starts from the
+-- defaults: weight 1, no cap, no interval, no rate); p_unlimited removes the cap, p_no_rate
+-- the bucket. Every channel that follows the plan takes the new values of the limits it does
+-- not set itself, in one statement (no loop over channels), with what
+-- lonnymq_configure_channel_v3 does to one channel:
+-- - a channel that gets a cap where it had none counts its leases already running. Before
+--   that, the ready messages of those channels are locked: a dequeue leasing them without
+--   the channel's row (lonnymq_dequeue_held_v1, which serves only channels without limits)
+--   is waited for, and none can start until this commits (it skips locked messages), so no
+--   lease escapes the count;
+-- - the channel rows are locked in id order (the order acks give slots back in), then
+--   written; a new weight starts a new round, a new or changed rate a full bucket, and a
+--   shorter interval or a bucket removed may bring the next turn earlier.
+-- The plan's row is locked first (channel creation and configure_channel read it FOR SHARE,
+-- before the channel's row). Returns how many channels changed.
+CREATE FUNCTION lonnymq_configure_plan_v1(
+    p_name text, p_weight integer DEFAULT NULL, p_max_concurrency integer DEFAULT NULL,
+    p_unlimited boolean DEFAULT false, p_release_interval_ms bigint DEFAULT NULL,
+    p_rate_count integer DEFAULT NULL, p_rate_period_ms bigint DEFAULT NULL, p_rate_burst integer DEFAULT NULL,
+    p_no_rate boolean DEFAULT false
+) RETURNS integer
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+-- Compiling the rewrite of every channel cost more than a third of it (JIT on a large count).
+SET jit = off
+AS $$
+DECLARE
+    v_plan         lonnymq_plan%ROWTYPE;
+    v_new_rate     boolean;
+    v_claim_ids    bigint[];
+    v_claim_counts integer[];
+    v_queues       text[];
+    v_changed      integer;
+BEGIN
+    PERFORM lonnymq_check_plan_name_v1(p_name);
+    IF p_max_concurrency IS NOT NULL AND p_max_concurrency < 1 THEN
+        PERFORM lonnymq_raise_invalid_v1('max_concurrency', 'must be positive or null (unlimited)', p_max_concurrency::text);
+    END IF;
+    IF p_max_concurrency IS NOT NULL AND coalesce(p_unlimited, false) THEN
+        PERFORM lonnymq_raise_invalid_v1('max_concurrency', 'cannot be combined with unlimited', p_max_concurrency::text);
+    END IF;
+    PERFORM lonnymq_check_range_v1('release_interval_ms', p_release_interval_ms, 0::bigint, 31622400000::bigint, true);
+    PERFORM lonnymq_check_range_v1('weight', p_weight::bigint, 1::bigint, 1000::bigint, true);
+    v_new_rate := p_rate_count IS NOT NULL OR p_rate_period_ms IS NOT NULL OR p_rate_burst IS NOT NULL;
+    IF v_new_rate THEN
+        IF coalesce(p_no_rate, false) THEN
+            PERFORM lonnymq_raise_invalid_v1('rate', 'cannot be combined with no_rate', p_rate_count::text);
+        END IF;
+        PERFORM lonnymq_check_range_v1('rate_count', p_rate_count::bigint, 1::bigint, 1000000::bigint, false);
+        PERFORM lonnymq_check_range_v1('rate_period_ms', p_rate_period_ms, 1::bigint, 31622400000::bigint, false);
+        PERFORM lonnymq_check_range_v1('rate_burst', p_rate_burst::bigint, 1::bigint, 1000000::bigint, false);
+    END IF;
+
+    INSERT INTO lonnymq_plan (name) VALUES (p_name) ON CONFLICT (name) DO NOTHING;
+    SELECT * INTO v_plan FROM lonnymq_plan p WHERE p.name = p_name FOR NO KEY UPDATE;
+    UPDATE lonnymq_plan p
+       SET weight = coalesce(p_weight, p.weight),
+           max_concurrency = CASE WHEN coalesce(p_unlimited, false) THEN NULL
+                                  ELSE coalesce(p_max_concurrency, p.max_concurrency) END,
+           release_interval_ms = coalesce(p_release_interval_ms, p.release_interval_ms),
+           rate_count = CASE WHEN v_new_rate THEN p_rate_count WHEN p_no_rate THEN NULL ELSE p.rate_count END,
+           rate_period_ms = CASE WHEN v_new_rate THEN p_rate_period_ms WHEN p_no_rate THEN NULL ELSE p.rate_period_ms END,
+           rate_burst = CASE WHEN v_new_rate THEN p_rate_burst WHEN p_no_rate THEN NULL ELSE p.rate_burst END,
+           updated_at = pg_catalog.now()
+     WHERE p.id = v_plan.id
+    RETURNING p.* INTO v_plan;
+
+    IF v_plan.max_concurrency IS NOT NULL THEN
+        -- Channels getting a cap: no lease without their rows until this commits.
+        PERFORM 1 FROM lonnymq_message m
+         WHERE m.channel_id IN (SELECT c.id FROM lonnymq_channel c
+                                 WHERE c.plan_id = v_plan.id AND NOT c.own_max_concurrency
+                                   AND c.max_concurrency IS NULL)
+           AND m.lease_until IS NULL
+         ORDER BY m.id
+           FOR UPDATE OF m;
+    END IF;
+    PERFORM 1 FROM lonnymq_channel c WHERE c.plan_id = v_plan.id ORDER BY c.id FOR NO KEY UPDATE OF c;
+    IF v_plan.max_concurrency IS NOT NULL THEN
+        -- A new statement: it sees the leases of the dequeuers the row locks waited for. A
+        -- locked lease is being acked, failed or reaped (leaving flight): skipped, as in
+        -- lonnymq_configure_channel_v3.
+        WITH claimed AS (
+            UPDATE lonnymq_message m SET slot_taken = true
+             WHERE m.id IN (SELECT mm.id FROM lonnymq_message mm
+                             WHERE mm.channel_id IN (SELECT c.id FROM lonnymq_channel c
+                                                      WHERE c.plan_id = v_plan.id AND NOT c.own_max_concurrency
+                                                        AND c.max_concurrency IS NULL)
+                               AND mm.lease_until IS NOT NULL AND NOT mm.slot_taken
+                               FOR UPDATE SKIP LOCKED)
+            RETURNING m.channel_id
+        )
+        SELECT pg_catalog.array_agg(x.channel_id), pg_catalog.array_agg(x.n)
+          INTO v_claim_ids, v_claim_counts
+          FROM (SELECT cl.channel_id, pg_catalog.count(*)::integer AS n FROM claimed cl GROUP BY cl.channel_id) x;
+    END IF;
+
+    WITH target AS (
+        SELECT c.id,
+               CASE WHEN c.own_weight THEN c.weight ELSE v_plan.weight END AS weight,
+               CASE WHEN c.own_max_concurrency THEN c.max_concurrency ELSE v_plan.max_concurrency END
+                   AS max_concurrency,
+               CASE WHEN c.own_release_interval THEN c.release_interval_ms ELSE v_plan.release_interval_ms END
+                   AS release_interval_ms,
+               CASE WHEN c.own_rate THEN c.rate_count ELSE v_plan.rate_count END AS rate_count,
+               CASE WHEN c.own_rate THEN c.rate_period_ms ELSE v_plan.rate_period_ms END AS rate_period_ms,
+               CASE WHEN c.own_rate THEN c.rate_burst ELSE v_plan.rate_burst END AS rate_burst,
+               c.weight AS old_weight, c.max_concurrency AS old_max_concurrency,
+               c.release_interval_ms AS old_release_interval_ms, c.rate_count AS old_rate_count,
+               c.rate_period_ms AS old_rate_period_ms, c.rate_burst AS old_rate_burst
+          FROM lonnymq_channel c
+         WHERE c.plan_id = v_plan.id
+    ), changed AS (
+        SELECT t.*, coalesce(cl.n, 0) AS claimed,
+               (t.rate_count, t.rate_period_ms, t.rate_burst)
+                   IS DISTINCT FROM (t.old_rate_count, t.old_rate_period_ms, t.old_rate_burst) AS new_rate,
+               h.dequeue_at AS head
+          FROM target t
+          LEFT JOIN ROWS FROM (pg_catalog.unnest(v_claim_ids), pg_catalog.unnest(v_claim_counts)) AS cl(channel_id, n)
+            ON cl.channel_id = t.id
+          -- The head only where the next turn may come earlier: a shorter interval, a rate
+          -- changed or removed (a cap or a weight does not move it).
+          LEFT JOIN LATERAL (
+              SELECT mm.dequeue_at FROM lonnymq_message mm
+               WHERE mm.channel_id = t.id AND mm.lease_until IS NULL
+                 AND (t.release_interval_ms < t.old_release_interval_ms
+                      OR (t.rate_count, t.rate_period_ms, t.rate_burst)
+                         IS DISTINCT FROM (t.old_rate_count, t.old_rate_period_ms, t.old_rate_burst))
+               ORDER BY mm.dequeue_at, mm.id LIMIT 1
+          ) h ON true
+         WHERE (t.weight, t.max_concurrency, t.release_interval_ms, t.rate_count, t.rate_period_ms, t.rate_burst)
+               IS DISTINCT FROM (t.old_weight, t.old_max_concurrency, t.old_release_interval_ms, t.old_rate_count,
+                                 t.old_rate_period_ms, t.old_rate_burst)
+            OR cl.n IS NOT NULL
+    ), written AS (
+        UPDATE lonnymq_channel c
+           SET weight = x.weight,
+               round_used = CASE WHEN x.weight = c.weight THEN c.round_used ELSE 0 END,
+               max_concurrency = x.max_concurrency,
+               in_flight = c.in_flight + x.claimed,
+               release_interval_ms = x.release_interval_ms,
+               rate_count = x.rate_count,
+               rate_period_ms = x.rate_period_ms,
+               rate_burst = x.rate_burst,
+               bucket_level = CASE WHEN x.new_rate THEN NULL ELSE c.bucket_level END,
+               next_token_at = CASE WHEN x.new_rate THEN NULL ELSE c.next_token_at END,
+               next_dequeue_at = CASE WHEN x.head IS NULL THEN c.next_dequeue_at
+                                      ELSE least(coalesce(c.next_dequeue_at, x.head),
+                                                 greatest(x.head, c.last_dequeue_at + x.release_interval_ms,
+                                                          CASE WHEN x.new_rate THEN NULL
+                                                               ELSE c.next_token_at END)) END
+          FROM changed x
+         WHERE c.id = x.id
+        RETURNING c.queue
+    )
+    SELECT pg_catalog.count(*)::integer, pg_catalog.array_agg(DISTINCT w.queue) INTO v_changed, v_queues
+      FROM written w;
+    PERFORM pg_catalog.pg_notify('lonnymq_wakeup', q.queue) FROM pg_catalog.unnest(v_queues) AS q(queue);
+    RETURN v_changed;
 END
 $$;

@@ -80,7 +80,7 @@ def test_the_channel_page_shows_the_source_of_each_limit_and_sets_the_plan(admin
     assert "lq-limit-sources" in page
     sources = {limit: source for limit, _, source in Channel.objects.get(pk=ch.pk).limit_sources()}
     assert sources == {"weight": "plan premium", "max_concurrency": "plan premium", "release_interval": "own",
-                       "rate": "plan premium"}  # fmt: skip
+                       "rate": "plan premium", "ordered": "plan premium"}  # fmt: skip
     assert page.count("plan premium") >= 3 and "<td>250 ms</td>" in page
     # Following the plan again for the interval.
     response = admin_client.post(

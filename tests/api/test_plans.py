@@ -58,6 +58,7 @@ def test_a_channels_own_limits_override_its_plan_and_can_follow_it_again():
     assert limits("saas", "big") == (3, 50, 0, None)
     assert sources("saas", "big") == {
         "weight": "plan premium", "max_concurrency": "own", "release_interval": "plan premium", "rate": "plan premium",
+        "ordered": "plan premium",
     }  # fmt: skip
     api.configure_plan("premium", weight=5, max_concurrency=30)
     assert limits("saas", "big") == (5, 50, 0, None)  # the own cap stays
@@ -74,6 +75,7 @@ def test_a_channels_own_limits_override_its_plan_and_can_follow_it_again():
     assert limits("saas", "big") == (7, None, 0, None)
     assert sources("saas", "big") == {
         "weight": "own", "max_concurrency": "default", "release_interval": "default", "rate": "default",
+        "ordered": "default",
     }  # fmt: skip
     api.configure_channel("saas", "big", inherit=True)
     assert limits("saas", "big") == (1, None, 0, None)

@@ -125,8 +125,10 @@ RELEASED = {
     "0050_strict_order.up.sql": "b490c36f3b536b8e8b3852582350dd20768d86d84865ffe757bccb151ea7d5ab",
     "0051_publish_costs.down.sql": "bb1efb974d9ffb79d65e4cafa8abbce775d8af5774227da066e64db060ef75e6",
     "0051_publish_costs.up.sql": "8596f2cedc713004510dac2ba6e9b0c6744c8ceef7121cfac7dfcda184421a56",
-    "0052_slots.down.sql": "fdf1222f2eea0fcc034672792a243273d5491f2a60e104bb6dc83783cd6699b2",
-    "0052_slots.up.sql": "afadbf38ad8f46357dcb8a4d3fc8380925d92bfb6757c5f0497dbfc753158a5b",
+    "0052_ordered_plans.down.sql": "1a56c3ab41244564db9eeb9675c5a39b0a2b6f8124d27df9180204c142e9d14a",
+    "0052_ordered_plans.up.sql": "2707e893a4f63702ac8c4c57557900930cdd00b6a6b5f8fe266a0f7c32857394",
+    "0053_slots.down.sql": "e1761fd9af14db7375a96579ef683873e6ec26e06c5380f198515f02e6ae356c",
+    "0053_slots.up.sql": "bc632877b2ff8c71178da87650c3b590caf495f07913189e5735026318131c5a",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

@@ -1,7 +1,7 @@
 -- Frozen history: what this migration ran when it was released (a test pins this file).
 -- The live definition of every table and function is in ../schema.sql.
 --
--- django-lonnymq 0052: enqueue(slots=k). A message's lease takes k units of its channel's
+-- django-lonnymq 0053: enqueue(slots=k). A message's lease takes k units of its channel's
 -- and its queue's concurrency caps (lonnymq_message.slots, kept by dead letters). A capped
 -- channel is eligible while its next message's slots are free (lonnymq_channel.head_slots,
 -- in the eligible index's predicate), a queue while the first message its last dequeue left
@@ -1715,8 +1715,10 @@ END
 $$;
 
 -- Create or change a plan: a NULL limit is left as it is (a new plan starts from the
--- defaults: weight 1, no cap, no interval, no rate); p_unlimited removes the cap, p_no_rate
--- the bucket. Every channel that follows the plan takes the new values of the limits it does
+-- defaults: weight 1, no cap, no interval, no rate, not ordered); p_unlimited removes the cap,
+-- p_no_rate the bucket. p_ordered: strict order for the plan's channels (NULL: as it is); an
+-- ordered plan's cap is 1 (p_ordered true without a cap sets it, another cap is refused:
+-- LQ001 max_concurrency, and lonnymq_plan_ordered_one_at_a_time). Every channel that follows the plan takes the new values of the limits it does
 -- not set itself, in one statement (no loop over channels), with what
 -- lonnymq_configure_channel_v3 does to one channel:
 -- - a channel that gets a cap where it had none counts its leases already running. Before
@@ -1726,14 +1728,20 @@ $$;
 --   lease escapes the count;
 -- - the channel rows are locked in id order (the order acks give slots back in), then
 --   written; a new weight starts a new round, a new or changed rate a full bucket, and a
---   shorter interval or a bucket removed may bring the next turn earlier.
+--   shorter interval or a bucket removed may bring the next turn earlier;
+-- - with lonnymq_order_channel_v1's meaning, each channel that does not set its order itself
+--   (own_ordered) becomes ordered with the plan, or stops being ordered (its hold or block
+--   lifted at once, its next turn brought back to its head) in the same row write as its cap.
+--   Refused (LQ001) before any channel is written: ordering a channel whose own cap is not 1
+--   (field ordered), a cap other than 1 for an ordered channel that follows the plan's cap
+--   (field max_concurrency).
 -- The plan's row is locked first (channel creation and configure_channel read it FOR SHARE,
 -- before the channel's row). Returns how many channels changed.
-CREATE OR REPLACE FUNCTION lonnymq_configure_plan_v1(
+CREATE OR REPLACE FUNCTION lonnymq_configure_plan_v2(
     p_name text, p_weight integer DEFAULT NULL, p_max_concurrency integer DEFAULT NULL,
     p_unlimited boolean DEFAULT false, p_release_interval_ms bigint DEFAULT NULL,
     p_rate_count integer DEFAULT NULL, p_rate_period_ms bigint DEFAULT NULL, p_rate_burst integer DEFAULT NULL,
-    p_no_rate boolean DEFAULT false
+    p_no_rate boolean DEFAULT false, p_ordered boolean DEFAULT NULL
 ) RETURNS integer
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -1747,6 +1755,9 @@ DECLARE
     v_claim_counts integer[];
     v_queues       text[];
     v_changed      integer;
+    v_old_cap      integer;
+    v_was_ordered  boolean;
+    v_clash        record;
 BEGIN
     PERFORM lonnymq_check_plan_name_v1(p_name);
     IF p_max_concurrency IS NOT NULL AND p_max_concurrency < 1 THEN
@@ -1754,6 +1765,10 @@ BEGIN
     END IF;
     IF p_max_concurrency IS NOT NULL AND coalesce(p_unlimited, false) THEN
         PERFORM lonnymq_raise_invalid_v1('max_concurrency', 'cannot be combined with unlimited', p_max_concurrency::text);
+    END IF;
+    IF p_ordered AND (coalesce(p_unlimited, false) OR p_max_concurrency <> 1) THEN
+        PERFORM lonnymq_raise_invalid_v1('max_concurrency', 'must be 1 for an ordered plan',
+                                         coalesce(p_max_concurrency::text, 'null'));
     END IF;
     PERFORM lonnymq_check_range_v1('release_interval_ms', p_release_interval_ms, 0::bigint, 31622400000::bigint, true);
     PERFORM lonnymq_check_range_v1('weight', p_weight::bigint, 1::bigint, 1000::bigint, true);
@@ -1769,10 +1784,19 @@ BEGIN
 
     INSERT INTO lonnymq_plan (name) VALUES (p_name) ON CONFLICT (name) DO NOTHING;
     SELECT * INTO v_plan FROM lonnymq_plan p WHERE p.name = p_name FOR NO KEY UPDATE;
+    v_old_cap := v_plan.max_concurrency;
+    v_was_ordered := v_plan.ordered;
+    IF p_ordered IS NULL AND v_plan.ordered AND (coalesce(p_unlimited, false) OR p_max_concurrency <> 1) THEN
+        PERFORM lonnymq_raise_invalid_v1('max_concurrency',
+                                         'must stay 1 while the plan is ordered (configure_plan(ordered=False) first)',
+                                         coalesce(p_max_concurrency::text, 'null'));
+    END IF;
     UPDATE lonnymq_plan p
        SET weight = coalesce(p_weight, p.weight),
            max_concurrency = CASE WHEN coalesce(p_unlimited, false) THEN NULL
+                                  WHEN p_ordered AND p_max_concurrency IS NULL THEN 1
                                   ELSE coalesce(p_max_concurrency, p.max_concurrency) END,
+           ordered = coalesce(p_ordered, p.ordered),
            release_interval_ms = coalesce(p_release_interval_ms, p.release_interval_ms),
            rate_count = CASE WHEN v_new_rate THEN p_rate_count WHEN p_no_rate THEN NULL ELSE p.rate_count END,
            rate_period_ms = CASE WHEN v_new_rate THEN p_rate_period_ms WHEN p_no_rate THEN NULL ELSE p.rate_period_ms END,
@@ -1792,6 +1816,33 @@ BEGIN
            FOR UPDATE OF m;
     END IF;
     PERFORM 1 FROM lonnymq_channel c WHERE c.plan_id = v_plan.id ORDER BY c.id FOR NO KEY UPDATE OF c;
+    -- Strict order and a cap other than 1 never meet on a channel (the channel's CHECK): say
+    -- which channel stands in the way, and how to move it, before writing any.
+    IF v_plan.ordered AND NOT v_was_ordered THEN
+        SELECT c.queue, c.name, c.max_concurrency INTO v_clash FROM lonnymq_channel c
+         WHERE c.plan_id = v_plan.id AND NOT c.own_ordered AND c.own_max_concurrency
+           AND c.max_concurrency IS DISTINCT FROM 1
+         ORDER BY c.id LIMIT 1;
+        IF FOUND THEN
+            PERFORM lonnymq_raise_invalid_v1('ordered', pg_catalog.format(
+                'cannot order channel %s of queue %s, whose own max_concurrency is %s (let its cap follow the plan, '
+                'or keep it unordered: configure_channel(..., ordered=False))',
+                pg_catalog.quote_literal(v_clash.name), pg_catalog.quote_literal(v_clash.queue),
+                coalesce(v_clash.max_concurrency::text, 'null')), 'true');
+        END IF;
+    END IF;
+    IF v_plan.max_concurrency IS DISTINCT FROM 1 AND v_old_cap IS NOT DISTINCT FROM 1 THEN
+        SELECT c.queue, c.name INTO v_clash FROM lonnymq_channel c
+         WHERE c.plan_id = v_plan.id AND c.own_ordered AND c.ordered AND NOT c.own_max_concurrency
+         ORDER BY c.id LIMIT 1;
+        IF FOUND THEN
+            PERFORM lonnymq_raise_invalid_v1('max_concurrency', pg_catalog.format(
+                'must stay 1: channel %s of queue %s is ordered and follows the plan''s cap (give it its own '
+                'cap of 1 first: configure_channel(..., max_concurrency=1))',
+                pg_catalog.quote_literal(v_clash.name), pg_catalog.quote_literal(v_clash.queue)),
+                coalesce(v_plan.max_concurrency::text, 'null'));
+        END IF;
+    END IF;
     IF v_plan.max_concurrency IS NOT NULL THEN
         -- A new statement: it sees the leases of the dequeuers the row locks waited for. A
         -- locked lease is being acked, failed or reaped (leaving flight): skipped, as in
@@ -1821,6 +1872,8 @@ BEGIN
                CASE WHEN c.own_rate THEN c.rate_count ELSE v_plan.rate_count END AS rate_count,
                CASE WHEN c.own_rate THEN c.rate_period_ms ELSE v_plan.rate_period_ms END AS rate_period_ms,
                CASE WHEN c.own_rate THEN c.rate_burst ELSE v_plan.rate_burst END AS rate_burst,
+               CASE WHEN c.own_ordered THEN c.ordered ELSE v_plan.ordered END AS ordered,
+               c.ordered AS old_ordered, c.hold_until AS old_hold_until,
                c.weight AS old_weight, c.max_concurrency AS old_max_concurrency,
                c.release_interval_ms AS old_release_interval_ms, c.rate_count AS old_rate_count,
                c.rate_period_ms AS old_rate_period_ms, c.rate_burst AS old_rate_burst
@@ -1835,11 +1888,12 @@ BEGIN
           LEFT JOIN ROWS FROM (pg_catalog.unnest(v_claim_ids), pg_catalog.unnest(v_claim_counts)) AS cl(channel_id, n)
             ON cl.channel_id = t.id
           -- The head only where the next turn may come earlier: a shorter interval, a rate
-          -- changed or removed (a cap or a weight does not move it).
+          -- changed or removed, a hold lifted (a cap or a weight does not move it).
           LEFT JOIN LATERAL (
               SELECT mm.dequeue_at FROM lonnymq_message mm
                WHERE mm.channel_id = t.id AND mm.lease_until IS NULL
                  AND (t.release_interval_ms < t.old_release_interval_ms
+                      OR (t.old_hold_until IS NOT NULL AND NOT t.ordered)
                       OR (t.rate_count, t.rate_period_ms, t.rate_burst)
                          IS DISTINCT FROM (t.old_rate_count, t.old_rate_period_ms, t.old_rate_burst))
                ORDER BY mm.dequeue_at, mm.id LIMIT 1
@@ -1847,6 +1901,7 @@ BEGIN
          WHERE (t.weight, t.max_concurrency, t.release_interval_ms, t.rate_count, t.rate_period_ms, t.rate_burst)
                IS DISTINCT FROM (t.old_weight, t.old_max_concurrency, t.old_release_interval_ms, t.old_rate_count,
                                  t.old_rate_period_ms, t.old_rate_burst)
+            OR t.ordered IS DISTINCT FROM t.old_ordered
             OR cl.n IS NOT NULL
     ), written AS (
         UPDATE lonnymq_channel c
@@ -1858,6 +1913,9 @@ BEGIN
                rate_count = x.rate_count,
                rate_period_ms = x.rate_period_ms,
                rate_burst = x.rate_burst,
+               ordered = x.ordered,
+               hold_until = CASE WHEN x.ordered THEN c.hold_until END,
+               blocked_by = CASE WHEN x.ordered THEN c.blocked_by END,
                bucket_level = CASE WHEN x.new_rate THEN NULL ELSE c.bucket_level END,
                next_token_at = CASE WHEN x.new_rate THEN NULL ELSE c.next_token_at END,
                next_dequeue_at = CASE WHEN x.head IS NULL THEN c.next_dequeue_at

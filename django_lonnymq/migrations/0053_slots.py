@@ -3,7 +3,7 @@
 ``head_slots`` (what their next message asks; the eligible index's predicate reads the
 channel's), the enqueues that take slots (``lonnymq_enqueue_v4``, ``_many_v4``, ``_keyed_v3``)
 and the functions that take, give back or count slots; from
-sql/migrations/0052_slots.{up,down}.sql. The reverse reinstalls the changed functions as the
+sql/migrations/0053_slots.{up,down}.sql. The reverse reinstalls the changed functions as the
 migrations before left them, then drops what this one added.
 """
 
@@ -32,7 +32,7 @@ REPLACED = (
     "lonnymq_unlease_v1",
     "lonnymq_requeue_dead_v1",
     "lonnymq_configure_channel_v3",
-    "lonnymq_configure_plan_v1",
+    "lonnymq_configure_plan_v2",
     "lonnymq_configure_queue_v1",
     "lonnymq_check_v2",
     "lonnymq_queue_stats_v3",
@@ -52,18 +52,18 @@ def _slots_range(model_name: str, field: str, name: str) -> migrations.AddConstr
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_lonnymq", "0051_publish_costs"),
+        ("django_lonnymq", "0052_ordered_plans"),
     ]
 
     operations = [
         migrations.SeparateDatabaseAndState(
             database_operations=[
                 migrations.RunSQL(
-                    sql=sql.migration("0052_slots"),
+                    sql=sql.migration("0053_slots"),
                     reverse_sql=PIN_SEARCH_PATH
-                    + sql.restore_previous("0052_slots", *REPLACED)
+                    + sql.restore_previous("0053_slots", *REPLACED)
                     + "\n"
-                    + sql.migration("0052_slots", "down"),
+                    + sql.migration("0053_slots", "down"),
                 ),
             ],
             state_operations=[
