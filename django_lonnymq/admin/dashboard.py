@@ -227,7 +227,9 @@ def tenants(
     for (channel_id, name, paused, max_concurrency, in_flight, weight, interval_ms, rate_count, rate_period_ms,
          rate_burst, next_at, last_at, released, head_at, now_ms, ready, scheduled, head_slots) in rows:  # fmt: skip
         # At its cap: no room for the slots its next message takes (enqueue(slots=k)).
-        at_cap = max_concurrency is not None and in_flight + min(head_slots, max_concurrency) > max_concurrency
+        at_cap = (
+            max_concurrency is not None and in_flight + min(head_slots, max_concurrency) > max_concurrency
+        )
         waiting = not paused and head_at is not None and head_at <= now_ms
         if paused:
             state = "paused"
