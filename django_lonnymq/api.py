@@ -25,6 +25,7 @@ from .conf import enqueue_params, settings
 from .durations import duration_ms
 from .exceptions import InvalidArgument
 from .limits import Consumed, consume, rate_limited  # noqa: F401 - api.consume() is part of the API
+from .ordering import BlockedChannel, blocked_channels, unblock_channel  # noqa: F401 - part of the API
 from .progress import MessageStatus, Progress, message_status  # noqa: F401 - part of the API
 from .rates import Rate
 from .routing import queue_database, refuse_cross_database
@@ -325,38 +326,6 @@ def configure_channel(
             max_concurrency if max_concurrency is not _UNSET else "the plan's cap",
         ) from exc
     return channel_id
-
-
-@dataclass(frozen=True)
-class BlockedChannel:
-    """An ordered channel that a dead message blocks (:func:`blocked_channels`)."""
-
-    channel: str
-    message_id: int
-    reason: str | None
-    last_error: str | None
-    died_at: datetime | None
-
-
-def blocked_channels(queue: str, *, limit: int = 100, using: str | None = None) -> list[BlockedChannel]:
-    """The ordered channels of ``queue`` that a dead message blocks, by name, with that
-    message: each waits until :func:`requeue_dead` brings the message back or
-    :func:`unblock_channel` skips it."""
-    arguments.queue(queue)
-    limit = arguments.integer("limit", limit, 1, 10_000)
-    found = statements.blocked_channels(queue=queue, limit=limit, on=queue_database(queue, using))
-    return [BlockedChannel(b.channel, b.message_id, b.reason, b.last_error, b.died_at) for b in found]
-
-
-def unblock_channel(queue: str, channel: str, *, using: str | None = None) -> int | None:
-    """Skip the dead message that blocks the ordered channel ``queue``/``channel``: the channel
-    goes on with the messages after it (the dead one stays in the dead letters). Returns the
-    skipped message's id, or None when the channel was not blocked. An unknown channel raises
-    :class:`~django_lonnymq.exceptions.InvalidArgument`."""
-    arguments.queue(queue)
-    arguments.channel(channel)
-    skipped = statements.unblock_channel(queue=queue, channel=channel, on=queue_database(queue, using))
-    return None if skipped is None else int(skipped)
 
 
 # What a channel takes from its plan unless it sets it itself (configure_channel's inherit).

@@ -4172,7 +4172,7 @@ BEGIN
     v_now := lonnymq_now_ms_v1();
     RETURN QUERY
         SELECT c.id, c.queue, c.name, 'in_flight_mismatch',
-               pg_catalog.format('in_flight=%s, slots of slot-taking leases=%s', c.in_flight, coalesce(s.n, 0))
+               pg_catalog.format('in_flight=%s, slot-taking leases=%s', c.in_flight, coalesce(s.n, 0))
           FROM lonnymq_channel c
           LEFT JOIN (SELECT m.channel_id, pg_catalog.sum(m.slots) AS n FROM lonnymq_message m
                       WHERE m.lease_until IS NOT NULL AND m.slot_taken
@@ -4180,7 +4180,7 @@ BEGIN
          WHERE c.in_flight <> coalesce(s.n, 0)
         UNION ALL
         SELECT NULL::bigint, qc.queue, NULL::text, 'queue_in_flight_mismatch',
-               pg_catalog.format('in_flight=%s, slots of slot-taking leases=%s', qc.in_flight, coalesce(s.n, 0))
+               pg_catalog.format('in_flight=%s, slot-taking leases=%s', qc.in_flight, coalesce(s.n, 0))
           FROM lonnymq_queue_config qc
           LEFT JOIN (SELECT c.queue, pg_catalog.sum(m.slots) AS n
                        FROM lonnymq_message m JOIN lonnymq_channel c ON c.id = m.channel_id

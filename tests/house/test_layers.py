@@ -139,7 +139,7 @@ FLOORS: list[tuple[str, set[str]]] = [
         "entry points",
         {"__init__", "admin", "management", "pytest_plugin", "apps", "checks", "testing", "prometheus"},
     ),
-    ("features", {"api", "limits", "workflows", "schedules", "topics", "tasks"}),
+    ("features", {"api", "limits", "ordering", "workflows", "schedules", "topics", "tasks"}),
     ("lifecycle", {"eager", "worker", "tracing", "durable", "progress"}),
     ("read side", {"alarms", "figures"}),
     ("tables and routing", {"models", "workers", "registry", "routing"}),

@@ -128,7 +128,7 @@ RELEASED = {
     "0052_ordered_plans.down.sql": "1a56c3ab41244564db9eeb9675c5a39b0a2b6f8124d27df9180204c142e9d14a",
     "0052_ordered_plans.up.sql": "2707e893a4f63702ac8c4c57557900930cdd00b6a6b5f8fe266a0f7c32857394",
     "0053_slots.down.sql": "e1761fd9af14db7375a96579ef683873e6ec26e06c5380f198515f02e6ae356c",
-    "0053_slots.up.sql": "bc632877b2ff8c71178da87650c3b590caf495f07913189e5735026318131c5a",
+    "0053_slots.up.sql": "93710b48b4b833ec8bf16cda1c9eb7a719d08443f67f9bb47ef4bb8097e83b65",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
