@@ -46,6 +46,7 @@ class Event:
     dedup_key: str | None = None
     on_duplicate: str | None = None
     cost: int | None = None
+    slots: int | None = None
 
 
 def check_topic(topic: Any, field: str = "topic") -> str:
@@ -91,6 +92,7 @@ def publish(
     dedup_key: str | None = None,
     on_duplicate: str = "skip",
     cost: int = 1,
+    slots: int = 1,
     using: str | None = None,
 ) -> list[int]:
     """Publish one event: one message in every queue subscribed to ``topic``.
@@ -101,11 +103,22 @@ def publish(
     of each queue, as :func:`~django_lonnymq.enqueue` does, ``on_duplicate`` included.
     ``cost`` (1 to 1,000,000) is how many tokens of its channel's and its queue's rate limits
     each message takes, as with :func:`~django_lonnymq.enqueue`; a cost past the burst of one
-    group's bucket refuses the event in every group.
+    group's bucket refuses the event in every group. ``slots`` (1 to 1,000,000) is how many
+    units of its channel's and its queue's ``max_concurrency`` each message takes while it runs;
+    more than one group's cap refuses the event in every group.
     """
     arguments.on_duplicate(on_duplicate, dedup_key)
     cost = arguments.integer("cost", cost, 1, bounds.MAX_COST)
-    event = Event(payload, key=key, run_at=run_at, dedup_key=dedup_key, on_duplicate=on_duplicate, cost=cost)
+    slots = arguments.integer("slots", slots, 1, bounds.MAX_SLOTS)
+    event = Event(
+        payload,
+        key=key,
+        run_at=run_at,
+        dedup_key=dedup_key,
+        on_duplicate=on_duplicate,
+        cost=cost,
+        slots=slots,
+    )
     ids = publish_many(topic, [event], using=using)
     return ids[0] if ids else []
 
@@ -118,19 +131,21 @@ def publish_many(
     run_at: datetime | None = None,
     on_duplicate: str = "skip",
     cost: int = 1,
+    slots: int = 1,
     using: str | None = None,
 ) -> list[list[int]]:
     """Publish many events of one topic in one round trip, all or nothing.
 
     Each event is an :class:`Event` or a bare payload (which takes ``key`` and ``run_at``).
     Returns, per event in input order, its message ids in queue-name order. ``on_duplicate``
-    is the mode of the events that set a ``dedup_key`` and no mode of their own, ``cost`` the
-    cost of the events that set none (see :func:`publish`).
+    is the mode of the events that set a ``dedup_key`` and no mode of their own, ``cost`` and
+    ``slots`` those of the events that set none (see :func:`publish`).
     """
     check_topic(topic)
     arguments.default_on_duplicate(on_duplicate)
     arguments.collection("events", events, "events")
     default_cost = arguments.integer("cost", cost, 1, bounds.MAX_COST)
+    default_slots = arguments.integer("slots", slots, 1, bounds.MAX_SLOTS)
     aliases = routing.databases_of(using)
     if key is not None:
         arguments.channel(key, "key")
@@ -140,6 +155,7 @@ def publish_many(
     dedup_keys: list[str | None] = []
     modes: list[str] = []
     costs: list[int] = []
+    slot_counts: list[int] = []
     for index, raw in enumerate(events):
         event = raw if isinstance(raw, Event) else Event(payload=raw)
         where = f"events[{index}]"
@@ -160,6 +176,11 @@ def publish_many(
             if event.cost is None
             else arguments.integer(f"{where}.cost", event.cost, 1, bounds.MAX_COST)
         )
+        slot_counts.append(
+            default_slots
+            if event.slots is None
+            else arguments.integer(f"{where}.slots", event.slots, 1, bounds.MAX_SLOTS)
+        )
     if not payloads:
         return []
     attempts = arguments.integer("max_attempts", settings.MAX_ATTEMPTS, 1, bounds.MAX_ATTEMPTS)
@@ -172,6 +193,7 @@ def publish_many(
         "on_duplicate": modes if any(m != "skip" for m in modes) else None,
         "default_max_attempts": attempts,
         "costs": costs if any(c != 1 for c in costs) else None,
+        "slots": slot_counts if any(n != 1 for n in slot_counts) else None,
         **enqueue_params(),
     }
     if len(aliases) > 1:

@@ -1,8 +1,8 @@
 """Slots: ``enqueue(slots=k)`` takes k units of the channel's and the queue's concurrency caps.
 ``lonnymq_message.slots`` and ``lonnymq_dead_message.slots``, the channel's and the queue's
 ``head_slots`` (what their next message asks; the eligible index's predicate reads the
-channel's), the enqueues that take slots (``lonnymq_enqueue_v4``, ``_many_v4``, ``_keyed_v3``)
-and the functions that take, give back or count slots; from
+channel's), the enqueues that take slots (``lonnymq_enqueue_v4``, ``_many_v4``, ``_keyed_v3``,
+``lonnymq_publish_v4``) and the functions that take, give back or count slots; from
 sql/migrations/0053_slots.{up,down}.sql. The reverse reinstalls the changed functions as the
 migrations before left them, then drops what this one added.
 """

@@ -284,10 +284,10 @@ SELECT lonnymq_worker_stop_v1(%(name)s::text, %(instance)s::uuid, %(in_flight)s:
 
 -- name: publish
 -- One row per subscribed queue: its message ids in event order (django_lonnymq/topics.py).
-SELECT queue, ids FROM lonnymq_publish_v3(%(topic)s::text, %(keys)s::text[], %(payloads)s::jsonb[],
+SELECT queue, ids FROM lonnymq_publish_v4(%(topic)s::text, %(keys)s::text[], %(payloads)s::jsonb[],
                                           %(run_at_ms)s::bigint[], %(dedup_keys)s::text[], %(on_duplicate)s::text[],
                                           %(default_max_attempts)s::integer, %(priority_step_ms)s::bigint,
-                                          %(tolerance_ms)s::bigint, %(costs)s::integer[])
+                                          %(tolerance_ms)s::bigint, %(costs)s::integer[], %(slots)s::integer[])
 
 -- name: subscribe
 SELECT lonnymq_subscribe_v1(%(topics)s::text[], %(queues)s::text[])

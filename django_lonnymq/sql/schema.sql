@@ -1602,30 +1602,6 @@ BEGIN
 END
 $$;
 
--- lonnymq_enqueue_many_v4 at one slot per message: lonnymq_publish_v3's enqueue.
-CREATE FUNCTION lonnymq_enqueue_many_v3(
-    p_queue            text,
-    p_channels         text[],
-    p_payloads         jsonb[],
-    p_run_at_ms        bigint[]  DEFAULT NULL,
-    p_delay_ms         bigint[]  DEFAULT NULL,
-    p_priorities       integer[] DEFAULT NULL,
-    p_dedup_keys       text[]    DEFAULT NULL,
-    p_on_duplicate     text[]    DEFAULT NULL,
-    p_max_attempts     integer[] DEFAULT NULL,
-    p_default_max_attempts integer DEFAULT 5,
-    p_priority_step_ms bigint    DEFAULT 1000,
-    p_tolerance_ms     bigint    DEFAULT 50,
-    p_costs            integer[] DEFAULT NULL
-) RETURNS bigint[]
-LANGUAGE sql
-SET search_path FROM CURRENT
-AS $$
-    SELECT lonnymq_enqueue_many_v4(p_queue, p_channels, p_payloads, p_run_at_ms, p_delay_ms, p_priorities, p_dedup_keys,
-                                   p_on_duplicate, p_max_attempts, p_default_max_attempts, p_priority_step_ms,
-                                   p_tolerance_ms, p_costs, NULL::integer[])
-$$;
-
 -- A Django Task in one call (django_lonnymq.tasks): its message, then its result row, so an
 -- enqueue outside a transaction is one statement and one round trip. The payload carries
 -- the result's id, backend alias, task path, args and kwargs; the row copies them from it.
@@ -4919,14 +4895,15 @@ END
 $$;
 
 -- Publish events to a topic: each event becomes one message in every queue subscribed to it,
--- in the caller's transaction, through lonnymq_enqueue_many_v3 queue by queue in queue-name
+-- in the caller's transaction, through lonnymq_enqueue_many_v4 queue by queue in queue-name
 -- order (so concurrent publishers take their locks in one order). An event's key names its
 -- channel in each queue (NULL: 'default'); p_on_duplicate is each event's dedup mode; p_costs
 -- each event's cost in every queue (NULL array or element: 1; a cost past one queue's bucket
--- refuses the whole publish: lonnymq_check_costs_v1). Returns one row per subscribed queue,
+-- refuses the whole publish: lonnymq_check_costs_v1); p_slots each event's slots in every
+-- queue (likewise; lonnymq_check_slots_v1). Returns one row per subscribed queue,
 -- with the message ids in event order; no row when the topic has no subscriber, whose events
--- are counted in lonnymq_unrouted instead (their modes and costs checked all the same).
-CREATE FUNCTION lonnymq_publish_v3(
+-- are counted in lonnymq_unrouted instead (their modes, costs and slots checked all the same).
+CREATE FUNCTION lonnymq_publish_v4(
     p_topic                text,
     p_keys                 text[],
     p_payloads             jsonb[],
@@ -4936,7 +4913,8 @@ CREATE FUNCTION lonnymq_publish_v3(
     p_default_max_attempts integer   DEFAULT 5,
     p_priority_step_ms     bigint    DEFAULT 1000,
     p_tolerance_ms         bigint    DEFAULT 50,
-    p_costs                integer[] DEFAULT NULL
+    p_costs                integer[] DEFAULT NULL,
+    p_slots                integer[] DEFAULT NULL
 ) RETURNS TABLE (queue text, ids bigint[])
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -4953,7 +4931,8 @@ BEGIN
        OR (p_run_at_ms IS NOT NULL AND pg_catalog.cardinality(p_run_at_ms) <> v_n)
        OR (p_dedup_keys IS NOT NULL AND pg_catalog.cardinality(p_dedup_keys) <> v_n)
        OR (p_on_duplicate IS NOT NULL AND pg_catalog.cardinality(p_on_duplicate) <> v_n)
-       OR (p_costs IS NOT NULL AND pg_catalog.cardinality(p_costs) <> v_n) THEN
+       OR (p_costs IS NOT NULL AND pg_catalog.cardinality(p_costs) <> v_n)
+       OR (p_slots IS NOT NULL AND pg_catalog.cardinality(p_slots) <> v_n) THEN
         PERFORM lonnymq_raise_invalid_v1('events', 'arrays must all have the same length', v_n::text);
     END IF;
     PERFORM lonnymq_check_list_v1('keys', pg_catalog.array_ndims(p_keys));
@@ -4981,9 +4960,10 @@ BEGIN
     FOR v_queue IN SELECT s.queue FROM lonnymq_subscription s WHERE s.topic = p_topic ORDER BY s.queue LOOP
         v_routed := true;
         queue := v_queue;
-        ids := lonnymq_enqueue_many_v3(v_queue, v_channels, p_payloads, p_run_at_ms, NULL::bigint[],
+        ids := lonnymq_enqueue_many_v4(v_queue, v_channels, p_payloads, p_run_at_ms, NULL::bigint[],
                                        NULL::integer[], p_dedup_keys, p_on_duplicate, NULL::integer[],
-                                       p_default_max_attempts, p_priority_step_ms, p_tolerance_ms, p_costs);
+                                       p_default_max_attempts, p_priority_step_ms, p_tolerance_ms, p_costs,
+                                       p_slots);
         RETURN NEXT;
     END LOOP;
     IF NOT v_routed THEN
@@ -5010,6 +4990,16 @@ BEGIN
         IF FOUND THEN
             PERFORM lonnymq_raise_invalid_v1(pg_catalog.format('items[%s].cost', v_bad.ord - 1),
                 'must be an integer from 1 to 1000000', v_bad.cost::text);
+        END IF;
+        PERFORM lonnymq_check_list_v1('slots', pg_catalog.array_ndims(p_slots));
+        SELECT u.slots, u.ord INTO v_bad
+          FROM pg_catalog.unnest(p_slots) WITH ORDINALITY AS u(slots, ord)
+         WHERE coalesce(u.slots, 1) NOT BETWEEN 1 AND 1000000
+         ORDER BY u.ord
+         LIMIT 1;
+        IF FOUND THEN
+            PERFORM lonnymq_raise_invalid_v1(pg_catalog.format('items[%s].slots', v_bad.ord - 1),
+                'must be an integer from 1 to 1000000', v_bad.slots::text);
         END IF;
         INSERT INTO lonnymq_unrouted AS r (topic, events, last_published_at)
         VALUES (p_topic, v_n::bigint, pg_catalog.now())

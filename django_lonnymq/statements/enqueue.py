@@ -271,6 +271,7 @@ def publish(
     tolerance_ms: Any,
     topic: Any,
     costs: Any,
+    slots: Any,
     on: On = None,
 ) -> list[Row]:
     return rows(
@@ -286,6 +287,7 @@ def publish(
             "tolerance_ms": tolerance_ms,
             "topic": topic,
             "costs": costs,
+            "slots": slots,
         },
         on,
         arrays=True,

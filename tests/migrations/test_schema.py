@@ -127,8 +127,8 @@ RELEASED = {
     "0051_publish_costs.up.sql": "8596f2cedc713004510dac2ba6e9b0c6744c8ceef7121cfac7dfcda184421a56",
     "0052_ordered_plans.down.sql": "1a56c3ab41244564db9eeb9675c5a39b0a2b6f8124d27df9180204c142e9d14a",
     "0052_ordered_plans.up.sql": "2707e893a4f63702ac8c4c57557900930cdd00b6a6b5f8fe266a0f7c32857394",
-    "0053_slots.down.sql": "e1761fd9af14db7375a96579ef683873e6ec26e06c5380f198515f02e6ae356c",
-    "0053_slots.up.sql": "93710b48b4b833ec8bf16cda1c9eb7a719d08443f67f9bb47ef4bb8097e83b65",
+    "0053_slots.down.sql": "0cb285601b686056cb43561a01fa2041c344e2e72e65b4c13fb965b01527fd28",
+    "0053_slots.up.sql": "de10dbcbaea4988c35889efee91d375acbec0adbba933780fa50fa694d7419a1",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

@@ -487,7 +487,7 @@ def _statements(ids: dict[str, Any]) -> list[tuple[str, Any]]:
         ("subscribe", {"topics": ["lookalike.topic"], "queues": ["lookalike_group"]}),
         ("publish", {"topic": "lookalike.topic", "keys": None, "payloads": ["{}"], "run_at_ms": None,
                      "dedup_keys": None, "on_duplicate": None, "default_max_attempts": 5, "costs": None,
-                     **step}),
+                     "slots": None, **step}),
         ("now_ms", {}),
         ("claim_schedules", {"now_ms": None, "queues": [q], "limit": 10}),
         ("fire_schedule", {"id": 1, "claimed_at": 1, "ticks": [], "next_tick_at": None, "error": None,

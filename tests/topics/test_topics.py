@@ -178,7 +178,7 @@ def test_a_cost_past_one_groups_burst_refuses_the_event_in_every_group(groups):
 
 def test_the_sql_function_checks_costs_itself_routed_or_not(groups):
     """What a caller that skips the Python layer gets, whether the topic has groups or not."""
-    statement = "SELECT count(*) FROM lonnymq_publish_v3(%s, NULL, %s::jsonb[], p_costs => %s::integer[])"
+    statement = "SELECT count(*) FROM lonnymq_publish_v4(%s, NULL, %s::jsonb[], p_costs => %s::integer[])"
     bad = [(["{}", "{}"], [1, 0], "items[1].cost"), (["{}"], [1_000_001], "items[0].cost"), (["{}"], [2, 2], "events")]
     for topic in ("orders.created", "nobody.listens"):
         for payloads, costs, field in bad:
@@ -189,6 +189,48 @@ def test_the_sql_function_checks_costs_itself_routed_or_not(groups):
     with connection.cursor() as cursor:
         cursor.execute(statement, ["orders.created", ["{}", "{}"], [4, None]])
     assert sorted(Message.objects.values_list("cost", flat=True)) == [1, 1, 1, 4, 4, 4]
+
+
+def slots_of(ids: list[int]) -> list[int]:
+    return [Message.objects.get(pk=i).slots for i in ids]
+
+
+def test_slots_are_stored_on_every_groups_message(groups, statement_binding):
+    assert slots_of(publish("orders.created", {"n": 1}, slots=3)) == [3, 3, 3]
+    rows = publish_many("orders.created", [Event({"n": 2}, slots=5), {"n": 3}], slots=2)
+    assert [slots_of(row) for row in rows] == [[5] * 3, [2] * 3]
+
+
+@pytest.mark.parametrize("slots", [0, -1, 2.5, True, bounds.MAX_SLOTS + 1, "2"])
+@pytest.mark.parametrize("topic", ["orders.created", "nobody.listens"])
+def test_bad_slots_are_refused_naming_the_field_and_nothing_is_written(groups, topic, slots):
+    calls = [
+        (lambda: publish(topic, {}, slots=slots), "slots"),
+        (lambda: publish_many(topic, [{}], slots=slots), "slots"),
+        (lambda: publish_many(topic, [Event({}), Event({}, slots=slots)]), "events[1].slots"),
+    ]
+    for call, field in calls:
+        with pytest.raises(InvalidArgument) as caught:
+            call()
+        assert caught.value.field == field
+    assert Message.objects.count() == 0 and not Unrouted.objects.exists()
+
+
+def test_slots_past_one_groups_cap_refuse_the_event_in_every_group(groups):
+    api.configure_channel("emails", "k", max_concurrency=2)
+    with pytest.raises(InvalidArgument, match=r"max_concurrency of channel 'k' \(2\)"), transaction.atomic():
+        publish("orders.created", {}, key="k", slots=3)
+    assert Message.objects.count() == 0
+    assert slots_of(publish("orders.created", {}, key="k", slots=2)) == [2, 2, 2]
+
+
+def test_the_sql_function_checks_slots_itself_routed_or_not(groups):
+    statement = "SELECT count(*) FROM lonnymq_publish_v4(%s, NULL, %s::jsonb[], p_slots => %s::integer[])"
+    for topic in ("orders.created", "nobody.listens"):
+        with pytest.raises(InvalidArgument) as caught, transaction.atomic(), sql_errors(), connection.cursor() as cursor:
+            cursor.execute(statement, [topic, ["{}", "{}"], [1, 0]])
+        assert caught.value.field == "items[1].slots"
+    assert Message.objects.count() == 0 and not Unrouted.objects.exists()
 
 
 def test_the_sql_function_refuses_bad_keys_and_topics_itself():

@@ -1,6 +1,8 @@
 -- django-lonnymq 0053, reversed (after the changed functions are put back as the
 -- migrations before left them): the new functions, columns and constraints go, and the
 -- eligible index gets its previous predicate.
+DROP FUNCTION IF EXISTS lonnymq_publish_v4(text, text[], jsonb[], bigint[], text[], text[], integer, bigint, bigint,
+                                           integer[], integer[]);
 DROP FUNCTION IF EXISTS lonnymq_enqueue_many_v4(text, text[], jsonb[], bigint[], bigint[], integer[], text[], text[],
                                                 integer[], integer, bigint, bigint, integer[], integer[]);
 DROP FUNCTION IF EXISTS lonnymq_enqueue_v4(text, text, jsonb, bigint, bigint, integer, text, text, integer, bigint,
