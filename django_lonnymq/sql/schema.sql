@@ -3185,6 +3185,42 @@ BEGIN
 END
 $$;
 
+-- Strict order: the ordered channels whose hold (a retry, a snooze, a durable sleep or wait:
+-- lonnymq_unlease_v1 keeps the message at the head and holds the channel until its new time)
+-- is held by one of these waiting messages, their head, lose the hold now, so the message runs
+-- first; a dead message's block (blocked_by) stays. Channel rows are locked in id order.
+-- Returns the channels and the messages that hold them no more. For lonnymq_run_now_v1
+-- (and resume) and lonnymq_emit_event_v1.
+CREATE FUNCTION lonnymq_lift_holds_v1(p_ids bigint[])
+RETURNS TABLE (channel_id bigint, queue text, message_id bigint)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now bigint := lonnymq_now_ms_v1();
+BEGIN
+    RETURN QUERY
+        WITH held AS (
+            SELECT c.id, m.id AS message_id
+              FROM lonnymq_message m
+              JOIN lonnymq_channel c ON c.id = m.channel_id
+             WHERE m.id = ANY (p_ids) AND m.lease_until IS NULL
+               AND c.ordered AND c.blocked_by IS NULL AND c.hold_until > v_now
+               AND m.id = (SELECT h.id FROM lonnymq_message h
+                            WHERE h.channel_id = m.channel_id AND h.lease_until IS NULL
+                            ORDER BY h.dequeue_at, h.id LIMIT 1)
+             ORDER BY c.id
+               FOR NO KEY UPDATE OF c
+        ), lifted AS (
+            UPDATE lonnymq_channel c SET hold_until = NULL
+              FROM held WHERE c.id = held.id
+            RETURNING c.id, c.queue, held.message_id
+        )
+        SELECT l.id, l.queue, l.message_id FROM lifted l ORDER BY l.id;
+END
+$$;
+
 -- Make waiting (scheduled or backed-off) messages ready now. Returns the ids moved.
 CREATE FUNCTION lonnymq_run_now_v1(p_ids bigint[], p_tolerance_ms bigint DEFAULT 50) RETURNS bigint[]
 LANGUAGE plpgsql
@@ -3206,6 +3242,10 @@ BEGIN
         RETURNING m.id
     )
     SELECT coalesce(pg_catalog.array_agg(moved.id ORDER BY moved.id), ARRAY[]::bigint[]) INTO v_ids FROM moved;
+    -- A message that holds its ordered channel (it kept its place at the head) runs now too.
+    SELECT pg_catalog.array_agg(u.id ORDER BY u.id) INTO v_ids
+      FROM (SELECT pg_catalog.unnest(v_ids) UNION SELECT l.message_id FROM lonnymq_lift_holds_v1(p_ids) l) u(id);
+    v_ids := coalesce(v_ids, ARRAY[]::bigint[]);
     FOR v_ch IN
         SELECT DISTINCT m.channel_id, c.queue FROM lonnymq_message m
           JOIN lonnymq_channel c ON c.id = m.channel_id
@@ -6016,6 +6056,10 @@ BEGIN
         SELECT DISTINCT moved.channel_id, c.queue FROM moved JOIN lonnymq_channel c ON c.id = moved.channel_id
          ORDER BY moved.channel_id
     LOOP
+        PERFORM lonnymq_mark_v1(v_ch.queue, v_ch.channel_id, v_now, p_tolerance_ms);
+    END LOOP;
+    -- A waiter that holds its ordered channel kept its place at the head: the hold ends now.
+    FOR v_ch IN SELECT l.channel_id, l.queue FROM lonnymq_lift_holds_v1(v_ids) l LOOP
         PERFORM lonnymq_mark_v1(v_ch.queue, v_ch.channel_id, v_now, p_tolerance_ms);
     END LOOP;
     RETURN v_ids;

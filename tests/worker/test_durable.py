@@ -117,6 +117,28 @@ def test_a_wait_resumes_on_a_committed_emit_only_before_or_after_and_times_out(s
     assert db.messages("acc_durable_wait") == [] and db.dead("acc_durable_wait") == []
 
 
+def test_a_wait_in_an_ordered_channel_holds_the_next_message_until_its_event(spawn, db):
+    """Strict order with a durable wait: the waiting message keeps its place, the next one
+    (whose own event is already there) does not run before it, and the emit lets both go in
+    order, at once."""
+    api.configure_channel("acc_durable_wait", "acme", ordered=True)
+    api.emit_event("acc-ord-second", {"by": "early"})
+    first = enqueue("acc_durable_wait", {"key": "acc-ord-first"}, channel="acme")
+    second = enqueue("acc_durable_wait", {"key": "acc-ord-second"}, channel="acme")
+    worker = spawn("--queue", "acc_durable_wait", "--concurrency", "2", settings=SETTINGS, label="worker")
+    wait_until(lambda: _wait_events(db, first) == ["run"], 20, "the first to wait", worker)
+    time.sleep(1.5)
+    assert _wait_events(db, second) == [], describe(worker)  # held behind the waiting first
+    emitted = time.monotonic()
+    api.emit_event("acc-ord-first", {"by": "alice"})
+    wait_until(lambda: _wait_events(db, second) == ["run", "event:early"], 10, "both, in order", worker)
+    assert time.monotonic() - emitted < 5.0
+    assert _wait_events(db, first) == ["run", "run", "event:alice"]
+    done = [d["message_id"] for d in db.deliveries("acc_durable_wait") if d["event"].startswith("event:")]
+    assert done == [first, second]
+    assert worker.stop() == 0, describe(worker)
+
+
 def test_a_waiting_message_cancelled_in_a_real_worker_is_gone_and_an_emit_resumes_nothing(spawn, db):
     waiting = enqueue("acc_durable_wait", {"key": "acc-cancelled"})
     worker = spawn("--queue", "acc_durable_wait", settings=SETTINGS, label="worker")
