@@ -105,7 +105,8 @@ class WorkerAdmin(DatabaseAdmin):
 
     @admin.display(description="in flight / threads")
     def in_flight_of(self, obj: Worker) -> str:
-        """ "full" when it holds as many messages as threads: it fetches no more until one ends."""
+        """ "full" when it holds as many handler calls as threads (a batch is one call): it fetches
+        no more until one ends."""
         full = obj.in_flight >= obj.concurrency and (getattr(obj, "lq_state", None) or obj.state) == "live"
         return f"{obj.in_flight:,} / {obj.concurrency:,}" + (" (full)" if full else "")
 

@@ -2,10 +2,11 @@
 event it waits for ends its ordered channel's hold (``lonnymq_lift_holds_v1``, called by
 ``lonnymq_run_now_v1`` and ``lonnymq_emit_event_v1``); from
 sql/migrations/0054_ordered_resume.{up,down}.sql. The reverse reinstalls the two functions as
-the migrations before left them, then drops the new one.
+the migrations before left them, then drops the new one. The workers' ``in_flight`` counts
+handler calls (a batch once): its help text says so (no SQL).
 """
 
-from django.db import migrations
+from django.db import migrations, models
 
 from django_lonnymq import sql
 
@@ -31,5 +32,13 @@ class Migration(migrations.Migration):
             + sql.restore_previous("0054_ordered_resume", *REPLACED)
             + "\n"
             + sql.migration("0054_ordered_resume", "down"),
+        ),
+        migrations.AlterField(
+            model_name="worker",
+            name="in_flight",
+            field=models.IntegerField(
+                default=0,
+                help_text="Handler calls it held at its last heartbeat, running or waiting for a thread (a batch counts once).",
+            ),
         ),
     ]

@@ -45,7 +45,8 @@ class Worker(models.Model):
     heartbeat_at = models.DateTimeField()
     stopped_at = models.DateTimeField(null=True, blank=True)
     in_flight = models.IntegerField(
-        default=0, help_text="Messages it held at its last heartbeat (running or waiting for a thread)."
+        default=0,
+        help_text="Handler calls it held at its last heartbeat, running or waiting for a thread (a batch counts once).",
     )
     processed = models.BigIntegerField(default=0, help_text="Messages its handlers finished successfully.")
     failed = models.BigIntegerField(default=0, help_text="Messages its handlers failed (retried or dead).")

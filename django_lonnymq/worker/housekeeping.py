@@ -332,7 +332,9 @@ class Presence:
 
     def _figures(self) -> dict[str, int]:
         return {
-            "in_flight": self.held.count(),
+            # Handler calls, as threads count them: a batch of 50 is one, and messages a batch
+            # handler is still collecting are none (the workers page says "full" by this).
+            "in_flight": self.held.load(),
             "processed": self.stats.acked,
             "failed": self.stats.retried + self.stats.dead,
         }

@@ -51,3 +51,25 @@ def test_a_batch_goes_out_when_its_wait_ends():
     assert due_at is not None and collector.due(time.monotonic()) == []
     assert channels(collector.due(due_at)) == [("a", 2)]
     assert collector.next_due() is None and len(collector) == 0
+
+
+def test_a_workers_beat_counts_handler_calls_not_collected_messages():
+    """The workers page says "full" by in_flight / threads: a batch of 50 is one call, and the
+    messages a batch handler is still collecting hold no thread."""
+    from django_lonnymq.worker.held import Held
+    from django_lonnymq.worker.housekeeping import Presence
+
+    held = Held()
+    presence = Presence(
+        None,  # type: ignore[arg-type]  # _figures reads no database
+        name="w", queues=["q"], concurrency=4, held=held, stats=type("S", (), {"acked": 0, "retried": 0, "dead": 0})(),
+        renamed=lambda name: None,
+    )  # fmt: skip
+    held.add(msgs("a", 1))
+    batch = msgs("b", 50)
+    held.add(batch, collecting=True)
+    held.add(msgs("c", 30), collecting=True)
+    assert held.count() == 81
+    assert presence._figures()["in_flight"] == 1
+    held.dispatch(batch)
+    assert presence._figures()["in_flight"] == 2  # the single message and one batch: 2 of 4 threads
