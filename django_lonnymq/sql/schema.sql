@@ -2210,10 +2210,10 @@ BEGIN
     --    picked has a bucket, costs are not read at all: the plain query below.
     --    A capped channel takes messages in order while their slots fit its free ones (each
     --    counted at most its cap, so a message that asks more than a smaller cap runs once
-    --    the cap is free); a message that asks fewer never passes one that asks more. Without
-    --    a cap on the queue or on a channel picked, slots are not read either (nothing counts
-    --    them): the plain query.
-    IF v_buckets OR v_qc.rate_count IS NOT NULL OR v_limited IS NOT NULL OR v_qc.max_concurrency IS NOT NULL THEN
+    --    the cap is free); a message that asks fewer never passes one that asks more. The plain
+    --    query reads each candidate's slots and the cut by slots follows it, only when one
+    --    asks more than one slot.
+    IF v_buckets OR v_qc.rate_count IS NOT NULL THEN
         SELECT pg_catalog.array_agg(x.id), pg_catalog.array_agg(x.ord), pg_catalog.array_agg(x.rnd),
                pg_catalog.array_agg(x.cost), pg_catalog.array_agg(x.slots)
           INTO v_msg_ids, v_msg_ords, v_msg_rounds, v_msg_costs, v_msg_slots
@@ -2245,16 +2245,17 @@ BEGIN
              ORDER BY 4, p.ord, m.rank
           ) x;
     ELSE
-        SELECT pg_catalog.array_agg(x.id), pg_catalog.array_agg(x.ord), pg_catalog.array_agg(x.rnd)
-          INTO v_msg_ids, v_msg_ords, v_msg_rounds
+        SELECT pg_catalog.array_agg(x.id), pg_catalog.array_agg(x.ord), pg_catalog.array_agg(x.rnd),
+               pg_catalog.array_agg(x.slots)
+          INTO v_msg_ids, v_msg_ords, v_msg_rounds, v_msg_slots
           FROM (
-            SELECT m.id, m.rank, p.ord, (p.used + m.rank - 1) / p.weight AS rnd
+            SELECT m.id, m.rank, p.ord, (p.used + m.rank - 1) / p.weight AS rnd, m.slots
               FROM ROWS FROM (pg_catalog.unnest(v_ch_ids), pg_catalog.unnest(v_quotas),
                               pg_catalog.unnest(v_weights), pg_catalog.unnest(v_used))
                    WITH ORDINALITY AS p(channel_id, room, weight, used, ord)
               CROSS JOIN LATERAL (
-                  SELECT q.id, pg_catalog.row_number() OVER (ORDER BY q.dequeue_at, q.id) AS rank
-                    FROM (SELECT mm.id, mm.dequeue_at
+                  SELECT q.id, q.slots, pg_catalog.row_number() OVER (ORDER BY q.dequeue_at, q.id) AS rank
+                    FROM (SELECT mm.id, mm.dequeue_at, mm.slots
                             FROM lonnymq_message mm
                            WHERE mm.channel_id = p.channel_id
                              AND mm.lease_until IS NULL
@@ -2266,6 +2267,18 @@ BEGIN
               ) m
              ORDER BY 4, p.ord, m.rank
           ) x;
+        IF v_limited IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.unnest(v_msg_slots) AS u(n) WHERE u.n > 1) THEN
+            -- Each capped channel keeps its candidates while their slots fit (in rank order).
+            SELECT pg_catalog.array_agg(k.id ORDER BY k.pos), pg_catalog.array_agg(k.ord ORDER BY k.pos),
+                   pg_catalog.array_agg(k.rnd ORDER BY k.pos), pg_catalog.array_agg(k.slots ORDER BY k.pos)
+              INTO v_msg_ids, v_msg_ords, v_msg_rounds, v_msg_slots
+              FROM (SELECT u.id, u.ord, u.rnd, u.slots, u.pos,
+                           pg_catalog.sum(least(u.slots, v_caps[u.ord::integer])) OVER (PARTITION BY u.ord ORDER BY u.pos) AS taken
+                      FROM ROWS FROM (pg_catalog.unnest(v_msg_ids), pg_catalog.unnest(v_msg_ords),
+                                      pg_catalog.unnest(v_msg_rounds), pg_catalog.unnest(v_msg_slots))
+                           WITH ORDINALITY AS u(id, ord, rnd, slots, pos)) k
+             WHERE v_caps[k.ord::integer] IS NULL OR k.taken <= v_slot_rooms[k.ord::integer];
+        END IF;
     END IF;
     -- Cut to the batch, and to what a queue-wide bucket's tokens pay for (in round-robin
     -- order, each message charged at most the queue's burst). The channels whose round the

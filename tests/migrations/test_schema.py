@@ -128,7 +128,7 @@ RELEASED = {
     "0052_ordered_plans.down.sql": "1a56c3ab41244564db9eeb9675c5a39b0a2b6f8124d27df9180204c142e9d14a",
     "0052_ordered_plans.up.sql": "2707e893a4f63702ac8c4c57557900930cdd00b6a6b5f8fe266a0f7c32857394",
     "0053_slots.down.sql": "0cb285601b686056cb43561a01fa2041c344e2e72e65b4c13fb965b01527fd28",
-    "0053_slots.up.sql": "de10dbcbaea4988c35889efee91d375acbec0adbba933780fa50fa694d7419a1",
+    "0053_slots.up.sql": "611eb52198c10481036f5e77f8fac088686bf04d3ca906e39d105cfce9c27ac8",
     "0054_ordered_resume.down.sql": "9d68df9bc37e647cab1e6b78846482502cdac7ce31aafb3135b4f4bdee4c4b03",
     "0054_ordered_resume.up.sql": "f6b2dcc33d5ee67d29a2c4a4163ffa1893258c31d3cec7aafebf59835628cd11",
 }
