@@ -29,6 +29,7 @@ from django.utils.translation import ngettext
 from .. import api, bounds, statements
 from ..conf import settings
 from ..models import Channel, Message
+from ..models.channel import at_cap
 from . import dashboard
 from .common import (
     COUNT_CAP,
@@ -291,9 +292,8 @@ class ChannelAdmin(NoBulkDelete, DatabaseAdmin):
             return f"{when(obj.hold_until)} (ordered: its first message waits for its retry)"
         if ready and obj.max_concurrency is not None and obj.in_flight >= obj.max_concurrency:
             return "when a slot frees (at its cap)"
-        need = min(obj.head_slots, obj.max_concurrency or 1)
-        if ready and obj.max_concurrency is not None and obj.in_flight + need > obj.max_concurrency:
-            return f"when {need} slots are free (its next message takes {obj.head_slots})"
+        if ready and at_cap(obj.in_flight, obj.head_slots, obj.max_concurrency):
+            return f"when {min(obj.head_slots, obj.max_concurrency or 1)} slots are free (its next message takes {obj.head_slots})"
         if obj.next_dequeue_at is not None and obj.next_dequeue_at > now_ms():
             return when(obj.next_dequeue_at)  # a rate limit's turn, or a scheduled message
         return "now: waiting for a worker" if ready else "-"

@@ -35,6 +35,7 @@ from ..figures import (
 )
 from ..models import Channel, DeadMessage, QueueConfig, QueueSample
 from ..models import worker as workers
+from ..models.channel import at_cap as channel_at_cap
 from ..progress import running_progress
 from ..routing import queue_databases
 from ..sampling import count_cap
@@ -226,10 +227,7 @@ def tenants(
     found = []
     for (channel_id, name, paused, max_concurrency, in_flight, weight, interval_ms, rate_count, rate_period_ms,
          rate_burst, next_at, last_at, released, head_at, now_ms, ready, scheduled, head_slots) in rows:  # fmt: skip
-        # At its cap: no room for the slots its next message takes (enqueue(slots=k)).
-        at_cap = (
-            max_concurrency is not None and in_flight + min(head_slots, max_concurrency) > max_concurrency
-        )
+        at_cap = channel_at_cap(in_flight, head_slots, max_concurrency)
         waiting = not paused and head_at is not None and head_at <= now_ms
         if paused:
             state = "paused"

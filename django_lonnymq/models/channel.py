@@ -53,6 +53,12 @@ class ChannelQuerySet(models.QuerySet["Channel"]):
     delete.queryset_only = True  # type: ignore[attr-defined]
 
 
+def at_cap(in_flight: int, head_slots: int, max_concurrency: int | None) -> bool:
+    """No room for the slots its next message takes: the eligible index's predicate, negated
+    (``in_flight + least(head_slots, max_concurrency) <= max_concurrency``, schema.sql)."""
+    return max_concurrency is not None and in_flight + min(head_slots, max_concurrency) > max_concurrency
+
+
 class Channel(models.Model):
     """A tenant's virtual queue inside a queue, with its limits and scheduler state."""
 
