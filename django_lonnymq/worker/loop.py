@@ -268,7 +268,9 @@ class Worker(StopOnSignal):
                 if time.monotonic() < self._buffer_paused_until:
                     free = self.concurrency - load
                 quota = self._quota_left()
-                got = fetcher.fetch(min(free, self.batch_size, quota), most=quota) if wanted else 0
+                # ``most`` bounds messages (a batch call leases many) only under --max-messages.
+                most = quota if self.max_messages is not None else None
+                got = fetcher.fetch(min(free, self.batch_size, quota), most=most) if wanted else 0
                 # Housekeeping after the fetch: a message that woke us starts before it.
                 self._maintain()
                 if got:

@@ -47,12 +47,14 @@ def _inflight(channel: str, delta: int) -> None:
 
 @handler("acc_batch", batch=50, batch_wait=0.3)
 def batched(messages: list[Message]) -> None:
-    """Logs each call (a row per message, event ``batch <first id>.<its attempt> <size>``) and the messages
+    """Logs each call (a row per message, event ``batch <first id>.<its attempt> <size> <leases>``,
+    leases: how many dequeue calls leased its messages) and the messages
     its channel has in calls at once (testapp_inflight); fails, on their first attempt only,
     the messages whose payload says ``"fail": true`` (BatchFailed names them)."""
     channel = messages[0].channel
+    leases = len({m.lease_token for m in messages})  # the dequeue calls that leased the call's messages
     for message in messages:
-        record(message, f"batch {messages[0].id}.{messages[0].attempt} {len(messages)}")
+        record(message, f"batch {messages[0].id}.{messages[0].attempt} {len(messages)} {leases}")
     _inflight(channel, len(messages))
     try:
         time.sleep(0.05)

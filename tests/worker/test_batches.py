@@ -54,6 +54,7 @@ def test_three_tenants_300_messages_in_batches_of_50(spawn, db):
     # than 20 of its messages ran in calls at once.
     assert max(size for channels, _, size in found if channels[0] == "capped") <= 20, found
     assert db.scalar("SELECT peak FROM testapp_inflight WHERE channel = 'capped'") <= 20
+    print("SIZES", [(c[0], s) for c, _, s in found]); print("PEAK", db.scalar("SELECT peak FROM testapp_inflight WHERE channel = 'acme'"))
     assert db.scalar("SELECT peak FROM testapp_inflight WHERE channel = 'acme'") > 20  # others were not held to it
     # Every message ran; only the four named ones ran twice (their retry), the others once.
     runs = Counter(m for _, message_ids, _ in found for m in message_ids)
@@ -76,6 +77,18 @@ def test_an_async_batch_handler_fails_the_whole_call_when_it_raises(spawn, db):
     # The call holding "boom" failed as a whole: each of its messages ran again, no other did.
     boom_call = next(ids for _, ids, _ in found if a[3] in ids)
     assert {m for m, n in runs.items() if n == 2} == set(boom_call), describe(worker)
+
+
+def test_a_free_thread_leases_a_full_batch_in_one_dequeue(spawn, db):
+    """Two free threads ask for two calls: one dequeue leases 100 messages, not 2 at a time (a
+    batch filled by many small fetches goes out part-full when they are slower than its wait)."""
+    queue = "acc_batch"
+    db.track_inflight("solo")
+    enqueue_many(queue, [{"n": n} for n in range(100)], channel="solo")
+    worker = spawn("--queue", queue, "--concurrency", "2", settings=SETTINGS)
+    wait_until(lambda: not db.messages(queue), 30, "the 100 messages to be acked", worker)
+    events = {row["event"] for row in db.rows("SELECT DISTINCT event FROM testapp_delivery WHERE queue = %s", [queue])}
+    assert sorted(event.split()[2:] for event in events) == [["50", "1"], ["50", "1"]], events
 
 
 def test_max_messages_counts_a_batch_handlers_messages(spawn, db):
