@@ -20,6 +20,10 @@ same round, median over rounds (1.00 = no change). Statements are prepared, as a
 ``--cpu`` reports the server backend's CPU time per operation instead of the wall-clock time
 (its utime + stime from /proc, so only with the server on this machine): on a shared machine
 the wall clock moves with everyone's load, the backend's own CPU time much less.
+``--functions`` says where a drain's time goes: each SQL function's own time (the server's
+``pg_stat_user_functions`` self time, ``track_functions = pl``) per dequeue+ack of 100,
+uncapped and capped, the version suffix left out so that ``_v1`` and ``_v2`` of a function
+share a row.
 Databases: ``--database-url`` with ``_base`` / ``_live`` appended to its name (dropped and
 created again).
 """
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -126,9 +131,9 @@ def enqueue_wide(conn: psycopg.Connection[Any], calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
-def drain(conn: psycopg.Connection[Any], total: int, capped: bool = False) -> float:
-    """Seconds per dequeue of 100 and its ack, over 1,000 backlogged channels (``capped``:
-    each with a cap of 1,000, so the cap's bookkeeping runs and nothing waits for it)."""
+def backlog(conn: psycopg.Connection[Any], total: int, capped: bool = False) -> None:
+    """``total`` messages over 1,000 channels (``capped``: each with a cap of 1,000, so the
+    cap's bookkeeping runs and nothing waits for it)."""
     channels = [f"d{i}" for i in range(1000)]
     if capped:
         for name in channels:
@@ -137,8 +142,11 @@ def drain(conn: psycopg.Connection[Any], total: int, capped: bool = False) -> fl
                 [QUEUE, name],
             )
     core.fill(conn, QUEUE, total, channels)
-    calls, start = 0, time.perf_counter()
-    done = 0
+
+
+def drain_calls(conn: psycopg.Connection[Any], total: int) -> int:
+    """Lease 100 and ack them until ``total`` are done or none is left: the calls made."""
+    calls = done = 0
     while done < total:
         rows = core.dequeue(conn, QUEUE, 100)
         if not rows:
@@ -146,7 +154,34 @@ def drain(conn: psycopg.Connection[Any], total: int, capped: bool = False) -> fl
         core.ack(conn, rows)
         done += len(rows)
         calls += 1
+    return calls
+
+
+def drain(conn: psycopg.Connection[Any], total: int, capped: bool = False) -> float:
+    """Seconds per dequeue of 100 and its ack, over 1,000 backlogged channels."""
+    backlog(conn, total, capped)
+    start = time.perf_counter()
+    calls = drain_calls(conn, total)
     return (time.perf_counter() - start) / max(calls, 1)
+
+
+def drain_functions(conn: psycopg.Connection[Any], total: int, capped: bool = False) -> dict[str, float]:
+    """The same drain as :func:`drain`, measured per SQL function: seconds of each function's
+    own time per dequeue+ack, by name without its version suffix."""
+    conn.execute(
+        "TRUNCATE lonnymq_message, lonnymq_dedup, lonnymq_dead_message, lonnymq_channel, lonnymq_wake"
+    )
+    backlog(conn, total, capped)
+    conn.execute("SET track_functions = 'pl'")
+    conn.execute("SELECT pg_stat_reset()")
+    calls = drain_calls(conn, total)
+    conn.execute("SET track_functions = 'none'")
+    conn.execute("SELECT pg_stat_force_next_flush()")  # flushed when the backend next goes idle
+    found: dict[str, float] = {}
+    for name, self_ms in conn.execute("SELECT funcname, self_time FROM pg_stat_user_functions"):
+        key = re.sub(r"_v\d+$", "", name)
+        found[key] = found.get(key, 0.0) + self_ms / 1000 / max(calls, 1)
+    return found
 
 
 def backend_cpu(conn: psycopg.Connection[Any]) -> Callable[[], float]:
@@ -168,6 +203,12 @@ def one_round(url: str, args: argparse.Namespace) -> dict[str, float]:
             # The functions below time themselves with the wall clock; the same work timed on
             # the backend's CPU clock instead: their result scaled by CPU / wall.
             return cpu_round(conn, args)
+        if args.functions:
+            figures = {}
+            for label, capped in (("dequeue+ack 100", False), ("capped", True)):
+                for name, seconds in drain_functions(conn, args.drain, capped).items():
+                    figures[f"{label}: {name}"] = seconds
+            return figures
         conn.execute(
             "TRUNCATE lonnymq_message, lonnymq_dedup, lonnymq_dead_message, lonnymq_channel, lonnymq_wake"
         )
@@ -229,6 +270,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--cpu", action="store_true", help="server backend CPU time per operation, not wall clock"
     )
+    parser.add_argument(
+        "--functions", action="store_true", help="each SQL function's own time per dequeue+ack of 100"
+    )
     args = parser.parse_args(argv)
 
     base_url, live_url = with_suffix(args.database_url, "base"), with_suffix(args.database_url, "live")
@@ -245,19 +289,25 @@ def main(argv: list[str] | None = None) -> None:
         for label in got:
             for op, seconds in got[label].items():
                 results[label].setdefault(op, []).append(seconds)
-        for op in got["base"]:
-            ratios.setdefault(op, []).append(got["live"][op] / got["base"][op])
+        for op in got["base"].keys() & got["live"].keys():
+            if got["base"][op] > 0:
+                ratios.setdefault(op, []).append(got["live"][op] / got["base"][op])
         core.log(f"round {number + 1}/{args.rounds} done")
 
     med: Callable[[list[float]], float] = statistics.median
     clock = "server backend CPU time" if args.cpu else "wall-clock time"
+    if args.functions:
+        clock = "each SQL function's own time (pg_stat_user_functions)"
     print(f"SQL at {args.base} (base) vs live SQL at {names[-1]}; {clock}, medians of {args.rounds} rounds")
     print(f"machine: {core.machine_facts()}")
-    print(f"{'operation':<24}{'base (us/op)':>14}{'live (us/op)':>14}{'live/base':>11}")
-    for op in results["base"]:
+    width = max(24, *(len(op) + 2 for op in results["base"].keys() | results["live"].keys()))
+    print(f"{'operation':<{width}}{'base (us/op)':>14}{'live (us/op)':>14}{'live/base':>11}")
+    ops = list(results["base"]) + [op for op in results["live"] if op not in results["base"]]
+    for op in sorted(ops) if args.functions else ops:
+        base, live = results["base"].get(op), results["live"].get(op)
         print(
-            f"{op:<24}{med(results['base'][op]) * 1e6:>14.0f}{med(results['live'][op]) * 1e6:>14.0f}"
-            f"{med(ratios[op]):>11.2f}"
+            f"{op:<{width}}{med(base) * 1e6 if base else 0:>14.0f}{med(live) * 1e6 if live else 0:>14.0f}"
+            f"{med(ratios[op]) if op in ratios else float('nan'):>11.2f}"
         )
 
 

@@ -71,6 +71,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--export-id", help="mixed into derived dedup keys; a new id enqueues the same rows again"
     )
     parser.add_argument("--batch-size", type=_positive, default=1000, help="rows per enqueue call and commit")
+    parser.add_argument(
+        "--cost", type=_positive, default=1, help="tokens of the rate limits each message takes (enqueue(cost=))"
+    )
+    parser.add_argument(
+        "--slots", type=_positive, default=1, help="slots of the caps each message takes while it runs (enqueue(slots=))"
+    )
     parser.add_argument("--partitions", type=_positive, help="repartition the input into N partitions first")
     parser.add_argument("--master", help="Spark master (default: spark-submit's, or local[*])")
     parser.add_argument(
@@ -166,6 +172,8 @@ def run(
         run_at_col=options.get("run_at_col"),
         export_id=options.get("export_id"),
         batch_size=options.get("batch_size") or 1000,
+        cost=options.get("cost") or 1,
+        slots=options.get("slots") or 1,
         dsn=dsn,
         on_progress=ProgressPrinter(write),
         progress_interval=options.get("progress_interval") or 1.0,

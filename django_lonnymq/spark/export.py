@@ -99,6 +99,7 @@ def export(
     max_payload_bytes: int = 1_000_000,
     on_duplicate: str = "skip",
     cost: int = 1,
+    slots: int = 1,
     on_progress: Callable[[ExportProgress], None] | None = None,
     progress_interval: float = 1.0,
     _fault: Fault | None = None,
@@ -124,6 +125,10 @@ def export(
     - ``cost``: the tokens of the channel's and the queue's rate limits each message's
       release takes, as in ``enqueue(cost=...)`` (1 to 1,000,000; more than a bucket's burst
       is refused with the chunk that holds it).
+    - ``slots``: the slots of the channel's and the queue's ``max_concurrency`` each message
+      takes while it runs, as in ``enqueue(slots=...)`` (1 to 1,000,000; more than a cap is
+      refused with the chunk that holds it). One figure for the export: a row's size is not
+      known one by one.
 
     Keys stay in ``lonnymq_dedup`` for ``LONNYMQ_DEDUP_WINDOW`` (one day by default): re-runs
     within that window are safe. Raises :class:`ExportError` naming the column or the cause.
@@ -131,6 +136,8 @@ def export(
     _check_arguments(queue, batch_size, export_id, max_attempts)
     if isinstance(cost, bool) or not isinstance(cost, int) or not 1 <= cost <= 1_000_000:
         raise ExportError(f"cost must be an integer between 1 and 1000000, got {cost!r}")
+    if isinstance(slots, bool) or not isinstance(slots, int) or not 1 <= slots <= 1_000_000:
+        raise ExportError(f"slots must be an integer between 1 and 1000000, got {slots!r}")
     if on_duplicate not in bounds.DEDUP_MODES:
         raise ExportError(f"on_duplicate must be skip, replace or update, got {on_duplicate!r}")
     if dsn is None:
@@ -158,6 +165,7 @@ def export(
         max_payload_bytes=max_payload_bytes,
         on_duplicate=on_duplicate,
         cost=cost,
+        slots=slots,
         columns=columns,
         progress_channel=progress_channel,
         fault=_fault,

@@ -112,6 +112,7 @@ class WriterConfig:
     max_payload_bytes: int = 1_000_000
     on_duplicate: str = "skip"
     cost: int = 1
+    slots: int = 1
     columns: Columns = field(default_factory=Columns)
     progress_channel: str | None = None
     fault: Fault | None = None
@@ -244,7 +245,7 @@ def _write_chunk(
         "priority_step_ms": config.priority_step_ms,
         "tolerance_ms": config.tolerance_ms,
         "costs": None if config.cost == 1 else [config.cost] * len(keys),
-        "slots": None,
+        "slots": None if config.slots == 1 else [config.slots] * len(keys),
     }
     for attempt in range(RETRIES + 1):
         try:

@@ -2071,6 +2071,7 @@ DECLARE
     v_head_slots  integer[];
     v_q_keep      integer;
     v_q_slot_need integer := 1;
+    v_many_slots  boolean;
 BEGIN
     IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'dequeue needs READ COMMITTED, the session runs %', pg_catalog.current_setting('transaction_isolation')
@@ -2372,6 +2373,8 @@ BEGIN
     --    Leased per channel comes from step 2's pick ordinals: probing the message table
     --    with the id array once per channel cost 100 x 100 index probes per call.
     --    The aggregates read the rows in the subquery's pick order (one sort).
+    --    A capped channel's slots are its leases' count unless one took more than one.
+    v_many_slots := v_limited IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.unnest(v_msg_slots) AS u(n) WHERE u.n > 1);
     SELECT pg_catalog.array_agg(n.channel_id), pg_catalog.array_agg(n.head), pg_catalog.array_agg(n.last_floor),
            pg_catalog.array_agg(n.leased), pg_catalog.array_agg(n.release_interval_ms),
            pg_catalog.array_agg(n.next_token_at), pg_catalog.array_agg(n.rate_count),
@@ -2389,9 +2392,10 @@ BEGIN
                             FROM pg_catalog.unnest(pg_catalog.array_positions(v_msg_ords, p.ord)) AS k(at)) END AS spent,
                h.cost AS head_cost, c.hold_until,
                -- The slots its leases took (a capped channel only), and its next head's.
-               CASE WHEN c.max_concurrency IS NOT NULL
-                    THEN (SELECT coalesce(pg_catalog.sum(v_msg_slots[k.at]), 0)
-                            FROM pg_catalog.unnest(pg_catalog.array_positions(v_msg_ords, p.ord)) AS k(at)) ELSE 0 END
+               CASE WHEN c.max_concurrency IS NULL THEN 0
+                    WHEN NOT v_many_slots THEN coalesce(pg_catalog.cardinality(pg_catalog.array_positions(v_msg_ords, p.ord)), 0)
+                    ELSE (SELECT coalesce(pg_catalog.sum(v_msg_slots[k.at]), 0)
+                            FROM pg_catalog.unnest(pg_catalog.array_positions(v_msg_ords, p.ord)) AS k(at)) END
                    AS slots_taken,
                coalesce(h.slots, 1) AS head_slots
           FROM pg_catalog.unnest(v_ch_ids) WITH ORDINALITY AS p(channel_id, ord)
@@ -2515,26 +2519,29 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_row    record;
-    v_queue  text;
-    v_reopen boolean;
+    v_queue text;
 BEGIN
-    FOR v_row IN
-        SELECT u.channel_id, pg_catalog.sum(u.slots)::integer AS n
-          FROM ROWS FROM (pg_catalog.unnest(p_channel_ids), pg_catalog.unnest(p_slots)) AS u(channel_id, slots)
-         GROUP BY u.channel_id ORDER BY u.channel_id
+    -- The rows are locked in id order first, as every writer of several channel rows does, and
+    -- then written by one statement: one update per channel was most of a capped ack's time.
+    PERFORM c.id FROM lonnymq_channel c WHERE c.id = ANY (p_channel_ids) ORDER BY c.id FOR NO KEY UPDATE;
+    FOR v_queue IN
+        WITH given AS (
+            SELECT u.channel_id, pg_catalog.sum(u.slots)::integer AS n
+              FROM ROWS FROM (pg_catalog.unnest(p_channel_ids), pg_catalog.unnest(p_slots)) AS u(channel_id, slots)
+             GROUP BY u.channel_id
+        ), given_back AS (
+            UPDATE lonnymq_channel c SET in_flight = greatest(c.in_flight - g.n, 0)
+              FROM given g
+             WHERE c.id = g.channel_id AND c.id = ANY (p_channel_ids)
+            RETURNING c.queue,
+                      c.max_concurrency IS NOT NULL
+                      AND c.in_flight + g.n + least(c.head_slots, c.max_concurrency) > c.max_concurrency
+                      AND c.in_flight + least(c.head_slots, c.max_concurrency) <= c.max_concurrency
+                      AND c.next_dequeue_at IS NOT NULL AND NOT c.paused AS reopened
+        )
+        SELECT DISTINCT b.queue FROM given_back b WHERE b.reopened
     LOOP
-        UPDATE lonnymq_channel c SET in_flight = greatest(c.in_flight - v_row.n, 0)
-         WHERE c.id = v_row.channel_id
-        RETURNING c.queue,
-                  c.max_concurrency IS NOT NULL
-                  AND c.in_flight + v_row.n + least(c.head_slots, c.max_concurrency) > c.max_concurrency
-                  AND c.in_flight + least(c.head_slots, c.max_concurrency) <= c.max_concurrency
-                  AND c.next_dequeue_at IS NOT NULL AND NOT c.paused
-             INTO v_queue, v_reopen;
-        IF v_reopen THEN
-            PERFORM pg_catalog.pg_notify('lonnymq_wakeup', v_queue);
-        END IF;
+        PERFORM pg_catalog.pg_notify('lonnymq_wakeup', v_queue);
     END LOOP;
 END
 $$;

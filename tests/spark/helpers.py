@@ -13,7 +13,7 @@ def messages(dsn: str, queue: str) -> list[dict[str, Any]]:
     """Every message of ``queue`` with its channel name, in id order."""
     with psycopg.connect(dsn, row_factory=dict_row) as conn:
         return conn.execute(
-            """SELECT m.id, c.name AS channel, m.payload, m.dedup_key, m.dequeue_at, m.max_attempts, m.cost
+            """SELECT m.id, c.name AS channel, m.payload, m.dedup_key, m.dequeue_at, m.max_attempts, m.cost, m.slots
                  FROM lonnymq_message m JOIN lonnymq_channel c ON c.id = m.channel_id
                 WHERE c.queue = %s ORDER BY m.id""",
             (queue,),

@@ -120,6 +120,10 @@ def test_the_management_command_shows_progress_and_counts(spark: Any, dsn: str, 
         "file_id",
         "--batch-size",
         "100",
+        "--cost",
+        "3",
+        "--slots",
+        "2",
         "--progress-interval",
         "0.05",
         stdout=out,
@@ -144,6 +148,7 @@ def test_the_management_command_shows_progress_and_counts(spark: Any, dsn: str, 
     assert "1,000 rows seen, 0 enqueued, 1,000 duplicates" in summaries[1]
     found = messages(dsn, "uploads")
     assert len(found) == 1000
+    assert {(m["cost"], m["slots"]) for m in found} == {(3, 2)}  # --cost and --slots reach every message
     assert Counter(m["channel"] for m in found)[BIG_TENANT] == 500
 
 

@@ -270,6 +270,9 @@ def test_without_a_dsn_database_url_is_used_or_the_error_says_so(
         ({"batch_size": 0}, r"batch_size must be an integer between 1 and 100000"),
         ({"max_attempts": 0}, r"max_attempts must be an integer between 1 and 1000"),
         ({"dedup_col": "file_id", "export_id": "x"}, r"export_id only goes into derived dedup keys"),
+        ({"cost": 0}, r"cost must be an integer between 1 and 1000000, got 0"),
+        ({"slots": 1.5}, r"slots must be an integer between 1 and 1000000, got 1.5"),
+        ({"slots": True}, r"slots must be an integer between 1 and 1000000, got True"),
     ],
 )
 def test_bad_arguments(spark: Any, dsn: str, kwargs: dict[str, Any], message: str) -> None:

@@ -134,6 +134,17 @@ def test_the_export_cost_reaches_every_message_and_a_cost_past_the_bucket_is_ref
     assert len(messages(dsn, QUEUE)) == 2
 
 
+def test_the_export_slots_reach_every_message_and_slots_past_a_cap_are_refused(dsn: str) -> None:
+    write_rows(config(dsn, slots=3), [("t", '{"a": 1}', "k1", None), ("u", '{"a": 2}', "k2", None)])
+    assert [m["slots"] for m in messages(dsn, QUEUE)] == [3, 3]
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT lonnymq_configure_queue_v1(%s, 2, false, NULL, NULL, NULL, false)", [QUEUE])
+    with pytest.raises(ExportError, match="must be at most the max_concurrency of queue"):
+        write_rows(config(dsn, slots=3), [("t", '{"a": 3}', "k3", None)])
+    assert len(messages(dsn, QUEUE)) == 2
+
+
 def test_an_empty_input_opens_no_connection(dsn: str) -> None:
     counts = write_rows(config(refused_dsn()), [])
 
