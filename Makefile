@@ -72,13 +72,31 @@ test-deps:
 	@$(CHROMIUM)
 	@$(PLPGSQL_CHECK)
 
-## make test: install everything, then run the whole suite against real PostgreSQL twice:
-## on Django 5.2 (.venv) and on the newest Django 6.x (.venv-django6, Python 3.12+). Both
-## run even when the first fails; the status is non-zero if either failed.
-test:
+## make test: install everything, then run the whole suite against real PostgreSQL twice, side
+## by side: on Django 5.2 (.venv, on DATABASE_URL's server or a throwaway cluster) and on the
+## newest Django 6.x (.venv-django6, Python 3.12+) on a server of its own: DATABASE_URL_DJANGO6,
+## or a throwaway cluster from the local PostgreSQL binaries. Each suite's tests marked alone act
+## on its whole server, so the two never share one; without a second server (no
+## DATABASE_URL_DJANGO6, no local initdb) they run one after the other. The Django 6 suite's
+## output follows the 5.2 suite's when both have ended; the status is non-zero if either failed.
+INITDB := $(shell command -v initdb || ls /usr/lib/postgresql/*/bin/initdb 2>/dev/null | sort -V | tail -n 1)
+DJANGO6_LOG := $(VENV6)/last-test-run.log
+test: $(STAMP) $(STAMP6) test-deps
 	@status=0; \
-	$(MAKE) --no-print-directory test-django52 || status=1; \
-	$(MAKE) --no-print-directory test-django6 || status=1; \
+	if [ -n "$$DATABASE_URL_DJANGO6" ] || [ -n "$(INITDB)" ]; then \
+		echo "make: the Django 6 suite runs beside the Django 5.2 suite on \
+	$${DATABASE_URL_DJANGO6:+DATABASE_URL_DJANGO6}$${DATABASE_URL_DJANGO6:-a throwaway cluster of its own}; \
+	its output follows when both have ended"; \
+		( if [ -n "$$DATABASE_URL_DJANGO6" ]; then DATABASE_URL="$$DATABASE_URL_DJANGO6"; export DATABASE_URL; \
+		  else unset DATABASE_URL; fi; \
+		  $(MAKE) --no-print-directory test-django6 > $(DJANGO6_LOG) 2>&1 ) & six=$$!; \
+		$(MAKE) --no-print-directory test-django52 || status=1; \
+		wait $$six || status=1; \
+		echo "==== the Django 6 suite ($(DJANGO6_LOG)) ===="; cat $(DJANGO6_LOG); \
+	else \
+		$(MAKE) --no-print-directory test-django52 || status=1; \
+		$(MAKE) --no-print-directory test-django6 || status=1; \
+	fi; \
 	exit $$status
 
 test-django52: $(STAMP) test-deps
