@@ -72,18 +72,20 @@ test-deps:
 	@$(CHROMIUM)
 	@$(PLPGSQL_CHECK)
 
-## make test: install everything, then run the whole suite against real PostgreSQL twice, side
-## by side: on Django 5.2 (.venv, on DATABASE_URL's server or a throwaway cluster) and on the
-## newest Django 6.x (.venv-django6, Python 3.12+) on a server of its own: DATABASE_URL_DJANGO6,
-## or a throwaway cluster from the local PostgreSQL binaries. Each suite's tests marked alone act
-## on its whole server, so the two never share one; without a second server (no
-## DATABASE_URL_DJANGO6, no local initdb) they run one after the other. The Django 6 suite's
-## output follows the 5.2 suite's when both have ended; the status is non-zero if either failed.
+## make test: install everything, then run the whole suite against real PostgreSQL twice: on
+## Django 5.2 (.venv) and on the newest Django 6.x (.venv-django6, Python 3.12+). Both run even
+## when the first fails; the status is non-zero if either failed. On a machine of 4 cores or
+## more (or with SIDE_BY_SIDE=1) the two run side by side, the Django 6 suite on a server of its
+## own (DATABASE_URL_DJANGO6, or a throwaway cluster from the local PostgreSQL binaries: each
+## suite's tests marked alone act on its whole server), its output shown when both have ended.
+## On 2 cores they run one after the other: side by side there, the suite is CPU-bound (load
+## 8-15, no idle CPU) and tests that wait on worker processes miss their deadlines (CONTRIBUTING.md).
 INITDB := $(shell command -v initdb || ls /usr/lib/postgresql/*/bin/initdb 2>/dev/null | sort -V | tail -n 1)
 DJANGO6_LOG := $(VENV6)/last-test-run.log
+SIDE_BY_SIDE ?= $(shell [ "$$(nproc 2>/dev/null || echo 1)" -ge 4 ] && echo 1 || echo 0)
 test: $(STAMP) $(STAMP6) test-deps
 	@status=0; \
-	if [ -n "$$DATABASE_URL_DJANGO6" ] || [ -n "$(INITDB)" ]; then \
+	if [ "$(SIDE_BY_SIDE)" = 1 ] && { [ -n "$$DATABASE_URL_DJANGO6" ] || [ -n "$(INITDB)" ]; }; then \
 		echo "make: the Django 6 suite runs beside the Django 5.2 suite on \
 	$${DATABASE_URL_DJANGO6:+DATABASE_URL_DJANGO6}$${DATABASE_URL_DJANGO6:-a throwaway cluster of its own}; \
 	its output follows when both have ended"; \
