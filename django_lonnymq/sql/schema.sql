@@ -2072,6 +2072,15 @@ DECLARE
     v_q_keep      integer;
     v_q_slot_need integer := 1;
     v_many_slots  boolean;
+    v_ch_tids     tid[];
+    v_next_tids   tid[];
+    v_mark_name   text;
+    v_mark_state  text;
+    v_mark        bigint;
+    v_front_at    bigint;
+    v_from        bigint;
+    v_read        bigint;
+    v_first_at    bigint;
 BEGIN
     IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'dequeue needs READ COMMITTED, the session runs %', pg_catalog.current_setting('transaction_isolation')
@@ -2085,6 +2094,22 @@ BEGIN
     PERFORM lonnymq_check_range_v1('recheck', p_recheck_ms, 0::bigint, 86400000::bigint, false);
     v_now := lonnymq_now_ms_v1();
     v_batch := p_batch_size;
+    -- Where step 1 starts (docs/performance.md, "A held snapshot"). It scans the eligible
+    -- index from the front of the queue's range, and while a snapshot holds the horizon back
+    -- that front fills with the entries of every channel version written since (each visit
+    -- moves the channel's key), which no VACUUM can remove. When this session's last scan
+    -- from the front read many more entries than it picked, its next calls start at the
+    -- earliest turn that scan picked (the mark), and scan from the front again after a while
+    -- (1 ms per 100 entries it read, at most a second) or when the mark finds no channel. A
+    -- channel whose turn lies before the mark (a priority's wake-up, a cap's slot given back)
+    -- waits for that scan meanwhile; with a clean index every call scans from the front.
+    v_mark_name := 'lonnymq.eligible_from_' || pg_catalog.md5(p_queue);
+    v_mark_state := pg_catalog.current_setting(v_mark_name, true);
+    IF v_mark_state IS NOT NULL AND v_mark_state <> '' THEN
+        v_front_at := pg_catalog.split_part(v_mark_state, ' ', 1)::bigint;
+        v_mark := pg_catalog.split_part(v_mark_state, ' ', 2)::bigint;
+    END IF;
+    v_from := CASE WHEN v_now < v_front_at THEN v_mark END;
 
     -- 1. Pick channels whose turn has come, in round-robin order; skip those another
     --    dequeuer holds. NO KEY UPDATE does not conflict with the KEY SHARE locks that
@@ -2134,48 +2159,65 @@ BEGIN
         END IF;
         -- The aggregates read the picked rows in the subquery's round-robin order (one sort;
         -- before PostgreSQL 16 every aggregate with its own ORDER BY sorts again).
-        SELECT pg_catalog.array_agg(p.id),
-               pg_catalog.array_agg(p.name),
-               pg_catalog.array_agg(CASE WHEN p.level IS NULL THEN p.room
-                                         ELSE least(p.room::bigint, p.level / p.rate_period_ms)::integer END),
-               pg_catalog.array_agg(p.id) FILTER (WHERE p.max_concurrency IS NOT NULL),
-               pg_catalog.array_agg(p.weight),
-               pg_catalog.array_agg(p.round_used),
-               pg_catalog.array_agg(p.level),
-               pg_catalog.array_agg(p.rate_burst),
-               pg_catalog.array_agg(p.level / p.rate_period_ms), pg_catalog.bool_or(p.level IS NOT NULL),
-               pg_catalog.sum(p.weight - p.round_used), pg_catalog.sum(p.weight),
-               pg_catalog.array_agg(p.max_concurrency), pg_catalog.array_agg(p.max_concurrency - p.in_flight)
-          INTO v_ch_ids, v_ch_names, v_quotas, v_limited, v_weights, v_used, v_levels, v_bursts, v_tokens, v_buckets,
-               v_rounds_first, v_weight_sum, v_caps, v_slot_rooms
-          FROM (
-            SELECT c.id, c.name, c.next_dequeue_at, c.turn, c.max_concurrency, c.in_flight, c.weight, c.round_used,
-                   c.rate_period_ms, c.rate_burst,
-                   -- NULL: no limit but the batch. An ordered channel held for a retry or a
-                   -- dead message releases nothing (its next turn waits for hold_until).
-                   CASE WHEN c.hold_until > v_now THEN 0
-                        WHEN c.release_interval_ms > 0 THEN 1
-                        WHEN c.max_concurrency IS NOT NULL THEN c.max_concurrency - c.in_flight END AS room,
-                   CASE WHEN c.rate_count IS NULL THEN NULL
-                        WHEN c.bucket_level IS NULL OR c.last_dequeue_at IS NULL
-                        THEN c.rate_burst::bigint * c.rate_period_ms
-                        ELSE least(c.rate_burst::bigint * c.rate_period_ms,
-                                   c.bucket_level + least(greatest(v_now - c.last_dequeue_at, 0::bigint),
-                                                          c.rate_burst::bigint * c.rate_period_ms)
-                                                    * c.rate_count::bigint) END AS level
-              FROM lonnymq_channel c
-             WHERE c.queue = p_queue
-               AND c.next_dequeue_at <= v_now
-               AND c.next_dequeue_at IS NOT NULL
-               AND NOT c.paused
-               AND (c.max_concurrency IS NULL OR c.in_flight + least(c.head_slots, c.max_concurrency) <= c.max_concurrency)
-               -- A bucket refills from its last release: never from a release "after" now
-               -- (another dequeuer's clock read a moment later).
-               AND (c.rate_count IS NULL OR c.last_dequeue_at IS NULL OR c.last_dequeue_at <= v_now)
-             ORDER BY c.next_dequeue_at, c.turn
-             LIMIT v_batch
-               FOR NO KEY UPDATE OF c SKIP LOCKED
-          ) p;
+        LOOP
+            v_read := pg_catalog.pg_stat_get_xact_tuples_returned('lonnymq_channel_eligible_idx'::regclass);
+            SELECT pg_catalog.array_agg(p.id), pg_catalog.array_agg(p.ctid), pg_catalog.min(p.next_dequeue_at),
+                   pg_catalog.array_agg(p.name),
+                   pg_catalog.array_agg(CASE WHEN p.level IS NULL THEN p.room
+                                             ELSE least(p.room::bigint, p.level / p.rate_period_ms)::integer END),
+                   pg_catalog.array_agg(p.id) FILTER (WHERE p.max_concurrency IS NOT NULL),
+                   pg_catalog.array_agg(p.weight),
+                   pg_catalog.array_agg(p.round_used),
+                   pg_catalog.array_agg(p.level),
+                   pg_catalog.array_agg(p.rate_burst),
+                   pg_catalog.array_agg(p.level / p.rate_period_ms), pg_catalog.bool_or(p.level IS NOT NULL),
+                   pg_catalog.sum(p.weight - p.round_used), pg_catalog.sum(p.weight),
+                   pg_catalog.array_agg(p.max_concurrency), pg_catalog.array_agg(p.max_concurrency - p.in_flight)
+              INTO v_ch_ids, v_ch_tids, v_first_at, v_ch_names, v_quotas, v_limited, v_weights, v_used, v_levels,
+                   v_bursts, v_tokens, v_buckets, v_rounds_first, v_weight_sum, v_caps, v_slot_rooms
+              FROM (
+                SELECT c.id, c.ctid, c.name, c.next_dequeue_at, c.turn, c.max_concurrency, c.in_flight, c.weight, c.round_used,
+                       c.rate_period_ms, c.rate_burst,
+                       -- NULL: no limit but the batch. An ordered channel held for a retry or a
+                       -- dead message releases nothing (its next turn waits for hold_until).
+                       CASE WHEN c.hold_until > v_now THEN 0
+                            WHEN c.release_interval_ms > 0 THEN 1
+                            WHEN c.max_concurrency IS NOT NULL THEN c.max_concurrency - c.in_flight END AS room,
+                       CASE WHEN c.rate_count IS NULL THEN NULL
+                            WHEN c.bucket_level IS NULL OR c.last_dequeue_at IS NULL
+                            THEN c.rate_burst::bigint * c.rate_period_ms
+                            ELSE least(c.rate_burst::bigint * c.rate_period_ms,
+                                       c.bucket_level + least(greatest(v_now - c.last_dequeue_at, 0::bigint),
+                                                              c.rate_burst::bigint * c.rate_period_ms)
+                                                        * c.rate_count::bigint) END AS level
+                  FROM lonnymq_channel c
+                 WHERE c.queue = p_queue
+                   AND c.next_dequeue_at <= v_now
+                   AND c.next_dequeue_at >= coalesce(v_from, -9223372036854775808)
+                   AND c.next_dequeue_at IS NOT NULL
+                   AND NOT c.paused
+                   AND (c.max_concurrency IS NULL OR c.in_flight + least(c.head_slots, c.max_concurrency) <= c.max_concurrency)
+                   -- A bucket refills from its last release: never from a release "after" now
+                   -- (another dequeuer's clock read a moment later).
+                   AND (c.rate_count IS NULL OR c.last_dequeue_at IS NULL OR c.last_dequeue_at <= v_now)
+                 ORDER BY c.next_dequeue_at, c.turn
+                 LIMIT v_batch
+                   FOR NO KEY UPDATE OF c SKIP LOCKED
+              ) p;
+            EXIT WHEN v_from IS NULL OR v_ch_ids IS NOT NULL;
+            v_from := NULL;  -- nothing from the mark on: from the front
+        END LOOP;
+        IF v_from IS NULL THEN
+            -- A scan from the front: what it read decides where the next calls start.
+            v_read := pg_catalog.pg_stat_get_xact_tuples_returned('lonnymq_channel_eligible_idx'::regclass) - v_read;
+            IF v_ch_ids IS NOT NULL AND v_read > 5000 + 10 * pg_catalog.cardinality(v_ch_ids) THEN
+                PERFORM pg_catalog.set_config(v_mark_name, (v_now + least(v_read / 100, 1000)) || ' ' || v_first_at, false);
+            ELSIF v_mark_state IS NOT NULL AND v_mark_state <> '' THEN
+                PERFORM pg_catalog.set_config(v_mark_name, '', false);
+            END IF;
+        ELSE
+            PERFORM pg_catalog.set_config(v_mark_name, v_front_at || ' ' || v_first_at, false);
+        END IF;
     EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
         v_ch_ids := NULL;
     END;
@@ -2375,15 +2417,15 @@ BEGIN
     --    The aggregates read the rows in the subquery's pick order (one sort).
     --    A capped channel's slots are its leases' count unless one took more than one.
     v_many_slots := v_limited IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.unnest(v_msg_slots) AS u(n) WHERE u.n > 1);
-    SELECT pg_catalog.array_agg(n.channel_id), pg_catalog.array_agg(n.head), pg_catalog.array_agg(n.last_floor),
-           pg_catalog.array_agg(n.leased), pg_catalog.array_agg(n.release_interval_ms),
+    SELECT pg_catalog.array_agg(n.channel_id), pg_catalog.array_agg(n.tid), pg_catalog.array_agg(n.head),
+           pg_catalog.array_agg(n.last_floor), pg_catalog.array_agg(n.leased), pg_catalog.array_agg(n.release_interval_ms),
            pg_catalog.array_agg(n.next_token_at), pg_catalog.array_agg(n.rate_count),
            pg_catalog.array_agg(n.rate_period_ms), pg_catalog.array_agg(n.spent), pg_catalog.array_agg(n.head_cost),
            pg_catalog.array_agg(n.hold_until), pg_catalog.array_agg(n.slots_taken), pg_catalog.array_agg(n.head_slots)
-      INTO v_next_ids, v_next_at, v_next_last, v_next_leased, v_intervals, v_next_token, v_rate_n, v_rate_period,
-           v_next_spent, v_head_costs, v_holds, v_next_slots, v_head_slots
+      INTO v_next_ids, v_next_tids, v_next_at, v_next_last, v_next_leased, v_intervals, v_next_token, v_rate_n,
+           v_rate_period, v_next_spent, v_head_costs, v_holds, v_next_slots, v_head_slots
       FROM (
-        SELECT p.channel_id, h.dequeue_at AS head, c.last_dequeue_at + c.release_interval_ms AS last_floor,
+        SELECT p.channel_id, p.tid, h.dequeue_at AS head, c.last_dequeue_at + c.release_interval_ms AS last_floor,
                coalesce(pg_catalog.cardinality(pg_catalog.array_positions(v_msg_ords, p.ord)), 0) AS leased,
                c.release_interval_ms, c.next_token_at, c.rate_count, c.rate_period_ms,
                -- The tokens its leases took (a bucket's channel only), and its next head's cost.
@@ -2398,10 +2440,12 @@ BEGIN
                             FROM pg_catalog.unnest(pg_catalog.array_positions(v_msg_ords, p.ord)) AS k(at)) END
                    AS slots_taken,
                coalesce(h.slots, 1) AS head_slots
-          FROM pg_catalog.unnest(v_ch_ids) WITH ORDINALITY AS p(channel_id, ord)
-          -- "= ANY" gives the planner an index path (a plain join to unnest() is planned as a
-          -- hash join over a sequential scan of every channel).
-          JOIN lonnymq_channel c ON c.id = p.channel_id AND c.id = ANY (v_ch_ids)
+          FROM ROWS FROM (pg_catalog.unnest(v_ch_ids), pg_catalog.unnest(v_ch_tids)) WITH ORDINALITY AS p(channel_id, tid, ord)
+          -- The row versions step 1 locked, by their tids: a lookup by id reads every version
+          -- of the row in the primary key, which a held snapshot keeps ("= ANY" gives the
+          -- planner a tid scan; a plain join to unnest() is planned as a hash join over a
+          -- sequential scan of every channel).
+          JOIN lonnymq_channel c ON c.ctid = p.tid AND c.ctid = ANY (v_ch_tids) AND c.id = p.channel_id
           LEFT JOIN LATERAL (
               SELECT mm.dequeue_at, mm.cost, mm.slots FROM lonnymq_message mm
                WHERE mm.channel_id = p.channel_id AND mm.lease_until IS NULL
@@ -2476,9 +2520,9 @@ BEGIN
            next_token_at = u.token_at
       FROM ROWS FROM (pg_catalog.unnest(v_next_ids), pg_catalog.unnest(v_next_at), pg_catalog.unnest(v_next_leased),
                       pg_catalog.unnest(v_owed), pg_catalog.unnest(v_next_level), pg_catalog.unnest(v_next_token),
-                      pg_catalog.unnest(v_next_slots), pg_catalog.unnest(v_head_slots))
-           WITH ORDINALITY AS u(channel_id, next_at, leased, owed, level, token_at, slots_taken, head_slots, ord)
-     WHERE c.id = u.channel_id AND c.id = ANY (v_next_ids);
+                      pg_catalog.unnest(v_next_slots), pg_catalog.unnest(v_head_slots), pg_catalog.unnest(v_next_tids))
+           WITH ORDINALITY AS u(channel_id, next_at, leased, owed, level, token_at, slots_taken, head_slots, tid, ord)
+     WHERE c.ctid = u.tid AND c.ctid = ANY (v_next_tids) AND c.id = u.channel_id;
 END
 $$;
 

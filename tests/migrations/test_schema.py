@@ -133,6 +133,7 @@ RELEASED = {
     "0054_ordered_resume.down.sql": "9d68df9bc37e647cab1e6b78846482502cdac7ce31aafb3135b4f4bdee4c4b03",
     "0054_ordered_resume.up.sql": "f6b2dcc33d5ee67d29a2c4a4163ffa1893258c31d3cec7aafebf59835628cd11",
     "0055_capped_bookkeeping.up.sql": "86d744943a72908dd6a32bfe2157d5973c5ab5f93591dec7c9b086fe0a0d84fc",
+    "0056_dequeue_past_held_versions.up.sql": "2cfdf82555f88f18e91e33e055de34842a5b4b6c890742e65ed131b9bc9f2d43",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

@@ -1,0 +1,160 @@
+"""The dequeue while a snapshot holds the horizon back (docs/performance.md, "A held snapshot").
+
+Every visit of a channel moves its key in the eligible index, and while another session holds
+a snapshot open no VACUUM can remove the entries it leaves: a scan from the front of the
+queue's range reads all of them. A session whose scan from the front read many more entries
+than it picked starts its next scans at the earliest turn that scan picked (its mark), and
+scans from the front again after a while (at most a second), so a channel whose turn lies
+before the mark still comes, a little later; once the entries are gone it scans from the
+front at every call again.
+
+One connection dequeues and acks, in a transaction per call, so the eligible index's entries
+each call read are that transaction's own counter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.harness.helpers import ack, dequeue, enqueue_sql, named, rows, scalar
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+Q = "horizon"
+CHANNELS = 400
+PER_CHANNEL = 40
+
+ENTRIES_READ = "SELECT pg_stat_get_xact_tuples_returned('lonnymq_channel_eligible_idx'::regclass)"
+STATE = "SELECT current_setting('lonnymq.eligible_from_' || md5(%s), true)"
+
+
+def _fill(conn: Any) -> int:
+    channels = [f"c{i}" for i in range(CHANNELS) for _ in range(PER_CHANNEL)]
+    named(
+        "enqueue_many",
+        conn,
+        queue=Q,
+        channels=channels,
+        payloads=["{}"] * len(channels),
+        run_at_ms=None,
+        delay_ms=None,
+        priorities=None,
+        dedup_keys=None,
+        on_duplicate=None,
+        max_attempts=None,
+        default_max_attempts=5,
+        priority_step_ms=1000,
+        tolerance_ms=50,
+        costs=None,
+        slots=None,
+    )
+    return len(channels)
+
+
+class Dequeuer:
+    """One dequeue and its ack per transaction, with what the call read and when it ran."""
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.conn = conn
+        self.delivered: list[int] = []
+
+    def call(self) -> tuple[list[dict[str, Any]], int, int]:
+        before = int(scalar(ENTRIES_READ, conn=self.conn))
+        now = int(scalar("SELECT lonnymq_now_ms_v1()", conn=self.conn))
+        got = dequeue(Q, batch=100, conn=self.conn)
+        read = int(scalar(ENTRIES_READ, conn=self.conn)) - before
+        if got:
+            ack(got, conn=self.conn)
+        self.conn.commit()
+        self.delivered += [r["id"] for r in got]
+        return got, read, now
+
+    def _set_state(self, value: str) -> None:
+        scalar("SELECT set_config('lonnymq.eligible_from_' || md5(%s), %s, false)", [Q, value], conn=self.conn)
+        self.conn.commit()
+
+    def hold_mark(self, mark: int) -> None:
+        """Scan from ``mark`` until the test says otherwise (the next front scan a minute away)."""
+        now = int(scalar("SELECT lonnymq_now_ms_v1()", conn=self.conn))
+        self._set_state(f"{now + 60_000} {mark}")
+
+    def scan_from_front_next(self) -> None:
+        state = self.state()
+        assert state is not None
+        self._set_state(f"0 {state[1]}")
+
+    def state(self) -> tuple[int, int] | None:
+        value = scalar(STATE, [Q], conn=self.conn)
+        self.conn.commit()
+        if not value:
+            return None
+        front_at, mark = value.split()
+        return int(front_at), int(mark)
+
+
+def test_under_a_held_snapshot_the_dequeue_starts_at_its_mark_and_still_serves_every_channel(
+    connect: Any,
+) -> None:
+    setup, holder, conn = connect(), connect(), connect(autocommit=False)
+    total = _fill(setup)
+    holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    holder.execute("SELECT 1")  # the snapshot: VACUUM can remove nothing written after it
+    worker = Dequeuer(conn)
+
+    # Visits pile dead entries at the front of the eligible index until a scan from the front
+    # reads more than 5,000 entries beyond ten per channel it picks.
+    front_reads = []
+    while worker.state() is None:
+        got, read, now = worker.call()
+        assert got, "the backlog ran out before the dequeue scanned from a mark"
+        front_reads.append(read)
+    assert front_reads[-1] > 5000 + 10 * 100
+    front_at, mark = worker.state() or (0, 0)
+    # The next scan from the front: 1 ms per 100 entries read, at most a second later.
+    assert now < front_at <= now + min(front_reads[-1] // 100, 1000) + 50
+    assert mark <= now
+
+    # Until that time, calls start at the mark: they read a fraction of what the scan from the
+    # front read, and pick as many channels. (The test moves that time away, so however slow
+    # the machine, the calls below run before it.)
+    worker.hold_mark(mark)
+    got, read, _ = worker.call()
+    assert len({r["channel"] for r in got}) == 100
+    assert read * 5 < front_reads[-1], (read, front_reads[-1])
+
+    # A channel whose turn lies before the mark (a priority message wakes a new channel 100 s
+    # in the past) waits for the next scan from the front; calls from the mark serve the others.
+    late = enqueue_sql(Q, channel="late", priority=100, priority_step_ms=1000, conn=setup)
+    for _ in range(3):
+        got, _, _ = worker.call()
+        assert len(got) == 100 and late not in [r["id"] for r in got]
+    worker.scan_from_front_next()
+    got, _, _ = worker.call()
+    assert got[0]["id"] == late, "the scan from the front serves the earliest turn first"
+
+    # A mark past every turn finds nothing: the same call scans from the front.
+    worker.hold_mark(int(scalar("SELECT lonnymq_now_ms_v1()", conn=setup)) + 10**9)
+    got, _, _ = worker.call()
+    assert len({r["channel"] for r in got}) == 100
+
+    # The snapshot ends and VACUUM (autovacuum's part) removes the dead entries: the next scan
+    # from the front reads few, and every call scans from the front again.
+    holder.execute("COMMIT")
+    setup.execute("VACUUM lonnymq_channel")
+    worker.scan_from_front_next()
+    got, read, _ = worker.call()
+    assert got and read <= 5000 + 10 * 100
+    assert worker.state() is None, "the mark outlived the snapshot"
+
+    # Every message, once.
+    while True:
+        got, _, _ = worker.call()
+        if not got:
+            break
+    assert sorted(worker.delivered) == sorted(set(worker.delivered))
+    assert len(worker.delivered) == total + 1
+    assert int(scalar("SELECT count(*) FROM lonnymq_message", conn=setup)) == 0
+    assert rows("SELECT * FROM lonnymq_check_v2(0)", conn=setup) == []
