@@ -50,6 +50,13 @@ endef
 
 .PHONY: install test-deps test test-django52 test-django6 test-fast demo bench bench-compare lint dist docs screenshots clean
 
+# The test targets let Python cache compiled modules, under .pycache/ (PYTHONPYCACHEPREFIX),
+# whatever PYTHONDONTWRITEBYTECODE says outside: without the cache every pytest process
+# rewrites and compiles the 300 test modules again (about 10 s each) and every worker process
+# a test starts compiles the app again.
+test test-django52 test-django6 test-fast: export PYTHONDONTWRITEBYTECODE =
+test test-django52 test-django6 test-fast: export PYTHONPYCACHEPREFIX = $(CURDIR)/.pycache
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
@@ -112,12 +119,13 @@ test-django6: $(STAMP6) test-deps
 	$(VENV6)/bin/python -c 'import django; print("Django", django.get_version())'
 	@$(call PYTEST_PARALLEL,$(VENV6)/bin/python,not django_independent,2)
 
-## make test-fast: the loop while editing, a few minutes: the Django 5.2 suite without the tests
-## marked slow (those that start worker processes, Spark, a browser or a package build, the soak,
-## stress and chaos runs, the migration walk; pyproject.toml says which). make test runs them all.
+## make test-fast: the loop while editing, within 2 minutes: the Django 5.2 suite without the
+## tests marked slow (those that start worker processes, Spark, a browser or a package build, the
+## soak, stress and chaos runs, the migration walk, the tests marked alone, and any other test over
+## 3 s; pyproject.toml says which), in one parallel pytest. make test runs them all.
 test-fast: $(STAMP)
 	$(PY) -c 'import django; print("Django", django.get_version())'
-	@$(call PYTEST_PARALLEL,$(PY),not slow,4)
+	$(PY) -m pytest $(call xdist_args,3) -m "not slow" $(PYTEST_ARGS)
 
 ## make demo: install, migrate, enqueue a skewed workload, run workers, show fairness.
 demo: $(STAMP)

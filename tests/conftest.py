@@ -226,7 +226,8 @@ def start_worker(transactional_db: None) -> Iterator[Callable[..., subprocess.Po
             proc.stdout.close()
 
 
-# Besides the tests marked slow by hand (the soaks, the chaos test, the migration walk), whole
+# Besides the tests marked slow by hand (the soaks, the chaos test, the migration walk, and any
+# other test over 3 s on a 2-core machine, so that make test-fast stays within 2 minutes), whole
 # kinds of test that cost seconds each are slow, found by what they start, so that a new one
 # stays out of `make test-fast` (-m "not slow") without being marked. `make test` runs them all.
 SLOW_FIXTURES = ("start_worker", "spark")  # run_queue_worker processes; Spark jobs in a JVM
@@ -273,6 +274,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             any(name in SLOW_FIXTURES for name in getattr(item, "fixturenames", ()))
             or item.path.name.endswith("_browser.py")  # a headless Chromium
             or item.path.parent.name == "packaging"  # builds the wheel into a fresh venv, the docs site
+            # A pytest and a test database of their own after the parallel run (about 30 s for
+            # the lock table's tests): make test-fast runs no such second pytest.
+            or item.get_closest_marker("alone")
         ):
             item.add_marker(pytest.mark.slow)
         if "spark" in getattr(item, "fixturenames", ()):

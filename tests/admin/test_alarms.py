@@ -47,6 +47,7 @@ def live_worker(queues: list[str], *, silent_for: timedelta = timedelta(0), name
     )  # fmt: skip
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 @pytest.mark.django_db(transaction=True)
 def test_an_unserved_queue_fails_the_command_by_default() -> None:
     api.enqueue(QUEUE, {"n": 1}, channel="acme")

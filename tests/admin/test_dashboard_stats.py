@@ -430,6 +430,7 @@ def test_throughput_from_samples_clamps_a_drop() -> None:
     assert chart.note
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_lonnymq_stats_record_interval_runs_until_sigterm(transactional_db: None) -> None:
     """The real command as a subprocess: records every interval, exits 0 on SIGTERM."""
     import signal

@@ -92,6 +92,7 @@ def longest_literal_list(sql: str) -> int:
     return max((len(found.split(",")) for found in lists), default=0)
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_no_list_or_filter_counts_a_big_table_or_writes_ids_out(
     admin_client: Client, backlog: dict[str, int]
 ) -> None:

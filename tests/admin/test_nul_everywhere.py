@@ -62,6 +62,7 @@ def _filter_params(client: Client, changelist: str) -> set[str]:
     return names
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_every_changelist_filter_with_nul_is_not_a_server_error(superuser_client, rows):
     models = _app_models()
     assert len(models) >= 8  # channels, limits, messages, dead letters, plans, workers, ...

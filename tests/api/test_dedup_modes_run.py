@@ -33,6 +33,7 @@ def wait_until_due(dequeue_at: int) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_debounce_fifty_enqueues_over_two_seconds_run_once_after_the_last_with_its_payload(recording):
     ids, dues = [], []
     for n in range(EDITS):

@@ -173,6 +173,7 @@ def test_check_reports_a_queue_counter_that_disagrees_with_the_leases():
     assert [(p.queue, p.channel, p.problem) for p in problems] == [("qbad", None, "queue_in_flight_mismatch")]
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_dequeuers_never_over_admit(connect):
     """Eight connections dequeue and ack as fast as they can against a cap of 3 over 40

@@ -109,6 +109,7 @@ def random_json(rng, level: int = 0) -> str:
     )
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_the_python_measure_of_a_jsonb_value_is_what_postgresql_stores():
     rng = random.Random(20261128)
     texts = NUMBERS + [random_json(rng) for _ in range(3000)] + ["[" + ",".join(["1"] * 700_000) + "]"]
@@ -131,6 +132,7 @@ def step(message: Message) -> object:
     return BIG_OUTPUT if message.step_name == "big" else {"name": message.step_name}
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_a_step_output_the_database_would_refuse_fails_its_step_alone_and_the_others_go_on():
     flow = Workflow("sizes")
     flow.step("sz_step", {}, name="big", max_attempts=1)
@@ -187,6 +189,7 @@ def test_an_ack_batch_the_database_refuses_is_acked_step_by_step_and_the_bad_ste
     assert stats.acked == 2 and stats.dead == 1
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_a_payload_past_the_stored_bound_is_refused_before_anything_is_written():
     with override_settings(LONNYMQ_MAX_PAYLOAD_BYTES=8_388_608):
         with pytest.raises(PayloadError) as raised:

@@ -132,6 +132,7 @@ def test_a_new_message_does_not_wake_a_channel_before_its_next_token():
     assert_healthy()
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 @pytest.mark.django_db(transaction=True)
 def test_token_bucket_bound_holds_in_every_window(connect):
     """10 per second, burst 5, backlogged, three dequeuers: in every window of the run, at

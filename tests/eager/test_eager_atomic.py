@@ -183,6 +183,7 @@ sys.exit(0 if result.wasSuccessful() and result.testsRun == 1 else 1)
 """
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 @pytest.mark.django_db
 def test_the_first_block_of_a_fresh_process_is_watched():
     """In a process where nothing has used eager mode yet, the README's test (its view enqueues

@@ -24,6 +24,7 @@ pytestmark = pytest.mark.django_independent
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_a_cluster_whose_run_was_killed_is_stopped_and_removed_by_the_next_run() -> None:
     started = subprocess.Popen(
         [

@@ -37,6 +37,7 @@ def test_a_bad_flag_is_a_command_error(command, args, says):
         call_command(command, *args)
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_from_the_command_line_it_is_one_line_and_no_traceback():
     done = subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), "run_queue_worker", "--queue", "t_record", "--database", "nope"],

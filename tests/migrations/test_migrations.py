@@ -71,6 +71,7 @@ def assert_removed() -> None:
     assert applied() == set()
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 @pytest.mark.django_db(transaction=True)
 def test_migrate_up_down_up_down_up():
     assert_installed()

@@ -229,6 +229,7 @@ def build_from_schema_file(dsn: str) -> None:
         conn.execute(sql.schema())
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_schema_file_equals_a_database_migrated_from_zero(scratch_database):
     from_file, migrated = scratch_database("schema_file"), scratch_database("migrated")
     build_from_schema_file(from_file)

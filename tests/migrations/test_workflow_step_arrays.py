@@ -4,6 +4,7 @@ become the steps' parents and children; down, the arrays become edge rows again.
 from __future__ import annotations
 
 import psycopg
+import pytest
 
 from tests.migrations.test_schema import migrate, scratch_database  # noqa: F401 (a fixture)
 
@@ -15,6 +16,7 @@ START = (
 )
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_edges_of_a_started_workflow_survive_the_migration_up_and_down(scratch_database):  # noqa: F811
     dsn = scratch_database("step_arrays")
     migrate(dsn, "0033_apply_marks_in_steps")

@@ -53,6 +53,7 @@ def test_the_quickstart_runs_with_a_real_worker(client, start_worker):
     assert video.transcoded, output
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_the_quickstart_app_passes_manage_py_test(tmp_path):
     """The README's test as a Django project runs it: ``manage.py test`` on a database of its own."""
     base = suite.test_database_url()

@@ -348,6 +348,7 @@ def test_a_wildcard_hour_ticks_at_each_hour_that_exists(declared, conn):
     assert len({t.timestamp() for t in repeated}) == 25
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_nothing_planted_runs_through_periodic_schedules(declared, attacker, connect):
     """The attacker of test_search_path_attack plants look-alikes of every built-in the live
     SQL calls, of the operators, and narrower overloads of the app's functions; syncing,

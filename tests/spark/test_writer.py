@@ -208,6 +208,7 @@ def test_bad_rows_are_refused_with_their_column(
     assert messages(dsn, QUEUE) == []  # the whole chunk rolled back
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_a_payload_past_8_mib_as_stored_is_refused_with_its_column(dsn: str) -> None:
     """1.4 MB of JSON, within the limit, but 8,400,008 bytes as jsonb: past the schema's CHECK."""
     data = rows(5) + [("t", "[" + ",".join(["1"] * 700_000) + "]", "k", None)] + rows(5, start=5)

@@ -95,6 +95,7 @@ class Dequeuer:
         return int(front_at), int(mark)
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_under_a_held_snapshot_the_dequeue_starts_at_its_mark_and_still_serves_every_channel(
     connect: Any,
 ) -> None:

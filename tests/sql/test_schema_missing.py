@@ -88,6 +88,7 @@ def _manage(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_worker_refuses_to_start_on_an_unmigrated_database(empty_database: str) -> None:
     done = _manage(empty_database, "run_queue_worker", "--queue", "t_record", "--burst")
     assert done.returncode == 1, done.stdout + done.stderr
@@ -95,6 +96,7 @@ def test_worker_refuses_to_start_on_an_unmigrated_database(empty_database: str) 
     assert "does not exist" not in done.stderr
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_check_warns_and_migrate_still_runs(empty_database: str) -> None:
     checked = _manage(empty_database, "check", "--database", "default")
     assert checked.returncode == 0, checked.stderr

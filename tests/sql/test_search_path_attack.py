@@ -206,6 +206,7 @@ def _split(identity: str) -> list[str]:
     return [part.strip().split(" ", 1)[1] for part in identity.split(",")] if identity else []
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_planted_lookalikes_are_live_for_an_unpinned_caller(attacker):
     # The control: the same look-alikes catch an ordinary query on the app's connection.
     with pytest.raises(Exception, match="planted"), connection.cursor() as cursor:
@@ -214,6 +215,7 @@ def test_planted_lookalikes_are_live_for_an_unpinned_caller(attacker):
         cursor.execute("SELECT * FROM unnest(ARRAY[1, 2]::bigint[])")
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_nothing_planted_runs_through_the_queue(attacker, connect):
     # Enqueue, one and many (dedup keys, delays, priorities, several channels).
     first = enqueue("attack", {"n": 1}, channel="a", dedup_key="k1")

@@ -138,6 +138,7 @@ def _reads() -> tuple[int, int]:
     return int(index), int(heap)
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_past_the_cap_the_work_does_not_grow_with_the_backlog(big_queue: int) -> None:
     # Not timing: the rows this transaction's statements read (pg_stat_xact counters). The
     # planner's statistics as autovacuum would leave them (a never analyzed table is planned

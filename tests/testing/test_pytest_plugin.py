@@ -34,6 +34,7 @@ def test_the_plugin_is_registered_by_its_entry_point(pytestconfig: pytest.Config
     assert pytestconfig.pluginmanager.get_plugin("lonnymq") is django_lonnymq.pytest_plugin
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_pytest_starts_without_django_settings_and_without_importing_django(tmp_path: Path) -> None:
     """A project that has the package installed but no Django settings runs its tests; the
     plugin is loaded, lists its fixtures, and imported no Django module."""

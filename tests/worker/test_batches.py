@@ -54,7 +54,6 @@ def test_three_tenants_300_messages_in_batches_of_50(spawn, db):
     # than 20 of its messages ran in calls at once.
     assert max(size for channels, _, size in found if channels[0] == "capped") <= 20, found
     assert db.scalar("SELECT peak FROM testapp_inflight WHERE channel = 'capped'") <= 20
-    print("SIZES", [(c[0], s) for c, _, s in found]); print("PEAK", db.scalar("SELECT peak FROM testapp_inflight WHERE channel = 'acme'"))
     assert db.scalar("SELECT peak FROM testapp_inflight WHERE channel = 'acme'") > 20  # others were not held to it
     # Every message ran; only the four named ones ran twice (their retry), the others once.
     runs = Counter(m for _, message_ids, _ in found for m in message_ids)

@@ -119,6 +119,7 @@ def test_a_handler_that_ignores_the_interruption_is_abandoned_after_the_grace():
     assert 0.95 <= time.monotonic() - started < 3
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_an_interruption_never_escapes_after_the_run_ended():
     """Runs that end exactly at their timeout, hundreds of times: an interruption raised as
     the handler returns is cleared or caught, never delivered into the code that follows."""

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT, worker_env
 from tests.worker.conftest import describe
 
@@ -112,10 +114,12 @@ def _run(script: str) -> list[str]:
     return done.stdout.splitlines()
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_nothing_imported_or_stored_without_the_extra(transactional_db) -> None:
     assert _run(ABSENT) == ["rows 0", "imported []"]
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_nothing_stored_when_no_span_records(transactional_db) -> None:
     # The API is installed but no SDK is configured: spans do not record, no row is written.
     lines = _run(NOT_RECORDING)
@@ -138,6 +142,7 @@ with enqueuing("t_record", None) as traced:
 """
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_no_span_until_a_provider_is_set(db) -> None:
     # The API alone makes no span and loads no stored context (every message would pay for
     # spans that never record); a provider set after start-up is seen within a second.

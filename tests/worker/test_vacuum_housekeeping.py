@@ -89,6 +89,7 @@ def run_burst(queue: str) -> Worker:
     return worker
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_a_worker_vacuums_the_channel_table_once_dead_row_versions_pass_the_threshold(vacuum_queue):
     churn(vacuum_queue)
     _, before = channel_table()
@@ -101,6 +102,7 @@ def test_a_worker_vacuums_the_channel_table_once_dead_row_versions_pass_the_thre
     assert dead < 100
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 @pytest.mark.parametrize("threshold", [None, 1_000_000])
 def test_no_vacuum_below_the_threshold_or_when_turned_off(vacuum_queue, threshold):
     dead = churn(vacuum_queue)

@@ -118,6 +118,7 @@ def test_the_sql_function_refuses_a_backward_edge_too(connect):
     nothing_written()
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_ten_thousand_steps_start_and_only_the_roots_are_messages():
     flow = Workflow("wide", channel="tenant")
     root = flow.step("wf_root", {})

@@ -145,6 +145,7 @@ def _released_total(conn: psycopg.Connection[Any]) -> int:
     return int(row[0]) if row else 0
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_enqueues_into_channels_being_pruned_lose_no_message_and_no_wake_up(connect: Any) -> None:
     ledger = Ledger()
     stop, drained = threading.Event(), threading.Event()

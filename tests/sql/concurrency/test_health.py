@@ -106,6 +106,7 @@ def test_dead_tuples_over_the_threshold_are_reported(connect: Callable[..., psyc
         conn.execute("ALTER TABLE lonnymq_message RESET (autovacuum_enabled)")
 
 
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_manage_py_exits_non_zero_when_unhealthy(connect: Callable[..., psycopg.Connection[Any]]) -> None:
     run = [sys.executable, str(ROOT / "manage.py"), "lonnymq_health", "--check-grace", "1"]
     ok = subprocess.run(run, cwd=ROOT, env=worker_env(), capture_output=True, text=True, timeout=60)
