@@ -50,12 +50,11 @@ endef
 
 .PHONY: install test-deps test test-django52 test-django6 test-fast demo bench bench-compare lint dist docs screenshots clean
 
-# The test targets let Python cache compiled modules, under .pycache/ (PYTHONPYCACHEPREFIX),
-# whatever PYTHONDONTWRITEBYTECODE says outside: without the cache every pytest process
-# rewrites and compiles the 300 test modules again (about 10 s each) and every worker process
-# a test starts compiles the app again.
+# The test targets let Python cache compiled modules (in __pycache__, which git and the builds
+# leave out) whatever PYTHONDONTWRITEBYTECODE says outside: without the cache every pytest
+# process rewrites and compiles the 300 test modules again (about 10 s each) and every worker
+# process a test starts compiles the app again.
 test test-django52 test-django6 test-fast: export PYTHONDONTWRITEBYTECODE =
-test test-django52 test-django6 test-fast: export PYTHONPYCACHEPREFIX = $(CURDIR)/.pycache
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
