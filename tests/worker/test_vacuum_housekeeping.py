@@ -141,7 +141,11 @@ def test_a_held_horizon_stops_the_repeated_vacuums_and_its_release_vacuums_at_on
             vacuum.tick(1000.0)
             assert vacuum.vacuums == 2  # the channel table and the wake-up marks: nothing removed
             assert vacuum.held
-            assert dead_row_versions("lonnymq_channel") >= dead
+            # Nothing removed: every committed visit left an old version the snapshot keeps. The
+            # statistics' count (dead) can be higher: it also counts row versions of aborted
+            # transactions (a dequeue whose step 1 timed out rolls back its block), which VACUUM
+            # removes whatever the horizon.
+            assert CHANNELS <= dead_row_versions("lonnymq_channel") <= dead
             for second in range(1, 4):  # within the back-off, the horizon unchanged: no VACUUM
                 vacuum.tick(1000.0 + second * 0.5)
             assert vacuum.vacuums == 2
