@@ -72,10 +72,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--batch-size", type=_positive, default=1000, help="rows per enqueue call and commit")
     parser.add_argument(
-        "--cost", type=_positive, default=1, help="tokens of the rate limits each message takes (enqueue(cost=))"
+        "--cost",
+        type=_positive,
+        default=1,
+        help="tokens of the rate limits each message takes (enqueue(cost=))",
     )
     parser.add_argument(
-        "--slots", type=_positive, default=1, help="slots of the caps each message takes while it runs (enqueue(slots=))"
+        "--slots",
+        type=_positive,
+        default=1,
+        help="slots of the caps each message takes while it runs (enqueue(slots=))",
     )
     parser.add_argument("--partitions", type=_positive, help="repartition the input into N partitions first")
     parser.add_argument("--master", help="Spark master (default: spark-submit's, or local[*])")
