@@ -188,6 +188,13 @@ def recording(transactional_db: None) -> None:
         cursor.execute(RECORDING_TABLES)
 
 
+# In what ``run_queue_worker`` prints once it has installed its SIGTERM handler (its start
+# line, "lonnymq worker NAME: queues=..."): a worker stopped before it would die of the
+# signal's default action instead of shutting down. The worker's own "serving" log line is
+# not printed under the command.
+WORKER_STARTED = ": queues="
+
+
 def worker_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(

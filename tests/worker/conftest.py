@@ -21,7 +21,7 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from tests.conftest import worker_env
+from tests.conftest import WORKER_STARTED, worker_env
 
 HOST = socket.gethostname()
 
@@ -78,7 +78,7 @@ class WorkerProc:
         SIGTERM handler yet (Python's default would kill it with -15): wait until the command
         has printed its start line, which it does after installing its handlers."""
         if self.alive():
-            self.wait_for_line(" queues=", timeout=60)
+            self.wait_for_line(WORKER_STARTED, timeout=60)
             self.signal(sig)
         return self.wait(timeout)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from django_lonnymq import Item, api, enqueue_many
+from tests.conftest import WORKER_STARTED
 from tests.worker.conftest import describe, wait_until
 
 
@@ -15,7 +16,7 @@ def test_three_worker_processes_never_exceed_a_channel_limit_of_2(spawn, db):
     # importing Django would leave the others to drain it all, and the test see no overlap.
     workers = [spawn("--queue", "t_sleep", "--concurrency", "3", label=f"worker {n}") for n in range(3)]
     for worker in workers:
-        worker.wait_for_line(" queues=", timeout=60)
+        worker.wait_for_line(WORKER_STARTED, timeout=60)
     capped = enqueue_many("t_sleep", [Item({"seconds": 0.25}, channel="capped") for _ in range(14)])
     free = enqueue_many("t_sleep", [Item({"seconds": 0.25}, channel="free") for _ in range(14)])
 
@@ -45,7 +46,7 @@ def test_worker_processes_count_a_channel_cap_in_slots(spawn, db):
     db.track_inflight("gpu", "free")
     workers = [spawn("--queue", "t_sleep", "--concurrency", "4", label=f"worker {n}") for n in range(2)]
     for worker in workers:
-        worker.wait_for_line(" queues=", timeout=60)
+        worker.wait_for_line(WORKER_STARTED, timeout=60)
     heavy = enqueue_many(
         "t_sleep",
         [Item({"seconds": 0.2, "slots": slots}, channel="gpu", slots=slots) for slots in [3, 1] * 6],

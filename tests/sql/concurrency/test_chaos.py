@@ -41,8 +41,8 @@ import pytest
 from django.db import connection
 
 from tests import dbserver
+from tests.conftest import WORKER_STARTED, worker_env
 from tests.conftest import test_database_url as database_url
-from tests.conftest import worker_env
 from tests.sql.concurrency import sqlcalls as q
 
 # alone: it restarts the server, which every other test on it would see (CONTRIBUTING.md)
@@ -233,10 +233,13 @@ def test_sigkilled_workers_and_a_database_restart_lose_nothing(
     # A worker started a moment ago may still be importing Django, before its SIGTERM handler
     # exists (Python's default would kill it): let every live worker finish starting first.
     booting_until = time.monotonic() + 60
-    while time.monotonic() < booting_until and any(
-        not any(" serving " in line for line in workers.output.get(p.pid, [])) for p in workers.alive()
-    ):
+
+    def booting() -> list[int]:
+        return [p.pid for p in workers.alive() if not any(WORKER_STARTED in line for line in workers.output.get(p.pid, []))]
+
+    while time.monotonic() < booting_until and booting():
         time.sleep(0.1)
+    assert not booting(), {pid: workers.tail(pid) for pid in booting()}  # never printed its start line
     for proc in workers.alive():
         proc.send_signal(signal.SIGTERM)
     for proc in workers.procs:

@@ -43,8 +43,8 @@ import pytest
 from django.db import connection, transaction
 
 from django_lonnymq import Workflow, api
+from tests.conftest import WORKER_STARTED, worker_env
 from tests.conftest import test_database_url as database_url
-from tests.conftest import worker_env
 from tests.sql.concurrency.test_chaos import _reconnect, _restarter
 
 # alone: it restarts the server, which every other test on it would see (CONTRIBUTING.md)
@@ -108,7 +108,7 @@ class Workers:
     def _read(self, proc: Any) -> None:
         try:
             for line in proc.stdout:
-                if " serving " in line:
+                if WORKER_STARTED in line:
                     self.serving.setdefault(proc.pid, time.time())
                 self.output[proc.pid].append(line.rstrip())
         except (ValueError, OSError):  # closed by the fixture at teardown
@@ -214,10 +214,10 @@ def test_sigkilled_workers_and_a_database_restart_release_every_step_once(
     # A worker started a moment ago may still be importing Django, before its SIGTERM handler
     # exists (Python's default would kill it): let every live worker finish starting first.
     booting_until = time.monotonic() + 60
-    while time.monotonic() < booting_until and any(
-        p.pid not in workers.serving for p in workers.alive()
-    ):
+    while time.monotonic() < booting_until and any(p.pid not in workers.serving for p in workers.alive()):
         time.sleep(0.1)
+    booting = [p.pid for p in workers.alive() if p.pid not in workers.serving]
+    assert not booting, {pid: workers.tail(pid) for pid in booting}  # never printed its start line
     for proc in workers.alive():
         proc.send_signal(signal.SIGTERM)
     for proc in workers.procs:
