@@ -30,11 +30,8 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import statistics
-import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -43,15 +40,12 @@ import pytest
 from django.db import connection, transaction
 
 from django_lonnymq import Workflow, api
-from tests.conftest import WORKER_STARTED, worker_env
-from tests.conftest import test_database_url as database_url
-from tests.sql.concurrency.test_chaos import _reconnect, _restarter
+from tests.sql.concurrency.chaos import Workers, env_int, reconnect, restarter
 
 # alone: it restarts the server, which every other test on it would see (CONTRIBUTING.md)
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.alone]
 
 QUEUE = "w_step"
-LEASE_S = 3.0
 WIDTH = 10  # the middle steps of each workflow
 STEP_SECONDS = 0.1
 MIN_KILLS = 5
@@ -81,51 +75,6 @@ DROP TABLE IF EXISTS testapp_step_release;
 """
 
 
-def _env_int(name: str, default: int) -> int:
-    return int(os.environ.get(name, str(default)))
-
-
-class Workers:
-    """The worker processes, their output, and when each was started and killed."""
-
-    def __init__(self, start_worker: Callable[..., Any]) -> None:
-        self._start_worker = start_worker
-        self.procs: list[Any] = []
-        self.started: dict[int, float] = {}
-        self.killed: dict[int, float] = {}
-        self.serving: dict[int, float] = {}  # when each said it was serving
-        self.output: dict[int, list[str]] = defaultdict(list)
-
-    def start(self) -> None:
-        proc = self._start_worker(
-            "--queue", QUEUE, "--concurrency", "4", "--batch-size", "10", "--lease", f"{LEASE_S:g}s",
-            env=worker_env(DATABASE_URL=database_url() + "?conn_max_age=60"),
-        )
-        self.started[proc.pid] = time.time()
-        threading.Thread(target=self._read, args=(proc,), daemon=True).start()
-        self.procs.append(proc)
-
-    def _read(self, proc: Any) -> None:
-        try:
-            for line in proc.stdout:
-                if WORKER_STARTED in line:
-                    self.serving.setdefault(proc.pid, time.time())
-                self.output[proc.pid].append(line.rstrip())
-        except (ValueError, OSError):  # closed by the fixture at teardown
-            pass
-
-    def alive(self) -> list[Any]:
-        return [p for p in self.procs if p.poll() is None]
-
-    def kill(self, victim: Any) -> None:
-        victim.send_signal(signal.SIGKILL)
-        self.killed[victim.pid] = time.time()
-        victim.wait(timeout=30)
-
-    def tail(self, pid: int, n: int = 15) -> str:
-        return "\n".join(self.output.get(pid, [])[-n:])
-
-
 @pytest.fixture
 def release_recorder(transactional_db: None, dsn: str) -> Iterator[None]:
     """The trigger counting step messages put into the message table; dropped afterwards."""
@@ -143,16 +92,16 @@ def test_sigkilled_workers_and_a_database_restart_release_every_step_once(
     recording: None,
     release_recorder: None,
 ) -> None:
-    flows = _env_int("LONNYMQ_WORKFLOW_CHAOS_WORKFLOWS", 200)
+    flows = env_int("LONNYMQ_WORKFLOW_CHAOS_WORKFLOWS", 200)
     kill_every = float(os.environ.get("LONNYMQ_CHAOS_KILL_EVERY", "2"))
     restart = os.environ.get("LONNYMQ_CHAOS_RESTART", "1") != "0"
-    seed = _env_int("LONNYMQ_CHAOS_SEED", random.randrange(1 << 30))
+    seed = env_int("LONNYMQ_CHAOS_SEED", random.randrange(1 << 30))
     print(f"workflow chaos: seed {seed} (replay with LONNYMQ_CHAOS_SEED={seed})")
     rng = random.Random(seed)
     steps_total = flows * (WIDTH + 2)
 
     admin = connect()
-    restart_server = _restarter(admin) if restart else None
+    restart_server = restarter(admin) if restart else None
     with transaction.atomic():
         for n in range(flows):
             flow = Workflow(f"chaos-{n}", channel=f"tenant-{n % 8}")
@@ -164,13 +113,13 @@ def test_sigkilled_workers_and_a_database_restart_release_every_step_once(
             flow.step(QUEUE, {"seconds": STEP_SECONDS}, name="last", after=middle, max_attempts=50)
             flow.start()
 
-    workers = Workers(start_worker)
+    workers = Workers(start_worker, QUEUE, batch_size=10)
     for _ in range(4):
         workers.start()
 
     began = time.monotonic()
     restart_window: tuple[float, float] | None = None
-    deadline = began + _env_int("LONNYMQ_WORKFLOW_CHAOS_TIMEOUT", 600)
+    deadline = began + env_int("LONNYMQ_WORKFLOW_CHAOS_TIMEOUT", 600)
     next_kill = began + kill_every
     succeeded = 0
     while time.monotonic() < deadline:
@@ -190,7 +139,7 @@ def test_sigkilled_workers_and_a_database_restart_release_every_step_once(
             }
         except psycopg.OperationalError:
             connection.close()  # the server restarted: Django's connection is gone too
-            admin = _reconnect(connect)  # and so is ours
+            admin = reconnect(connect)  # and so is ours
             continue
         if restart and restart_window is None and succeeded >= steps_total // 3:
             assert restart_server is not None
@@ -198,7 +147,7 @@ def test_sigkilled_workers_and_a_database_restart_release_every_step_once(
             restart_server()
             restart_window = (at, time.time())
             connection.close()
-            admin = _reconnect(connect)
+            admin = reconnect(connect)
             print(f"workflow chaos: PostgreSQL restarted in {restart_window[1] - at:.1f}s at {succeeded}/{steps_total}")
             continue
         victims = [p for p in alive if p.pid in processing]
@@ -206,25 +155,11 @@ def test_sigkilled_workers_and_a_database_restart_release_every_step_once(
             workers.kill(rng.choice(victims))
             workers.start()
             next_kill = time.monotonic() + kill_every
-        for proc in workers.procs:
-            if proc.poll() not in (None, -signal.SIGKILL):
-                pytest.fail(f"worker {proc.pid} exited with {proc.returncode}:\n{workers.tail(proc.pid)}")
+        workers.fail_if_one_exited()
     elapsed = time.monotonic() - began
 
-    # A worker started a moment ago may still be importing Django, before its SIGTERM handler
-    # exists (Python's default would kill it): let every live worker finish starting first.
-    booting_until = time.monotonic() + 60
-    while time.monotonic() < booting_until and any(p.pid not in workers.serving for p in workers.alive()):
-        time.sleep(0.1)
-    booting = [p.pid for p in workers.alive() if p.pid not in workers.serving]
-    assert not booting, {pid: workers.tail(pid) for pid in booting}  # never printed its start line
-    for proc in workers.alive():
-        proc.send_signal(signal.SIGTERM)
-    for proc in workers.procs:
-        proc.wait(timeout=60)
-    time.sleep(0.2)  # let the readers take the last lines
+    stopped_badly = workers.stop()
     starts = [workers.serving[pid] - at for pid, at in workers.started.items() if pid in workers.serving] or [0.0]
-    stopped_badly = [p.pid for p in workers.procs if p.returncode not in (0, -signal.SIGKILL)]
     print(
         f"workflow chaos: {flows} workflows ({steps_total} steps) in {elapsed:.1f}s, "
         f"{len(workers.killed)} workers killed, {len(workers.procs)} started, "
@@ -235,7 +170,7 @@ def test_sigkilled_workers_and_a_database_restart_release_every_step_once(
     states = dict(admin.execute("SELECT state, count(*) FROM lonnymq_workflow GROUP BY state").fetchall())
     assert states == {"succeeded": flows}, (
         f"seed {seed}: {states} after {len(workers.killed)} kills; last worker output:\n"
-        + "\n".join(workers.tail(p.pid, 8) for p in workers.procs[-4:])
+        + workers.last_output()
     )
     assert not stopped_badly, {pid: workers.tail(pid) for pid in stopped_badly}
     assert admin.execute("SELECT count(*) FROM lonnymq_message").fetchone()[0] == 0
@@ -268,17 +203,8 @@ def test_sigkilled_workers_and_a_database_restart_release_every_step_once(
     assert parents_seen == [(WIDTH,)], f"a last step saw {parents_seen} parent outputs"
 
     # Repeated runs: the first run was on a worker killed after it, or around the restart.
-    unexplained = []
     repeated = [row for row in runs if len(row[1]) > 1]
-    for message_id, pids, ats in repeated:
-        first_pid, first_at = pids[0], ats[0]
-        killed_at = workers.killed.get(first_pid)
-        by_killed = killed_at is not None and first_at <= killed_at + 0.5
-        near_restart = restart_window is not None and (
-            restart_window[0] - LEASE_S - 2 <= first_at <= restart_window[1] + 30
-        )
-        if not (by_killed or near_restart):
-            unexplained.append((message_id, pids, ats))
+    unexplained = [(m, pids, ats) for m, pids, ats in repeated if not workers.explained(pids[0], ats[0], restart_window)]
     print(f"workflow chaos: {len(repeated)} of {steps_total} steps ran more than once, all explained: {not unexplained}")
     assert not unexplained, f"seed {seed}: ran again without a kill or restart to explain it: {unexplained[:10]}"
 
