@@ -2030,6 +2030,7 @@ DECLARE
     v_rounds      bigint;
     v_n           integer;
     v_msg_ids     bigint[];
+    v_msg_dqs     bigint[];
     v_msg_ords    bigint[];
     v_msg_rounds  bigint[];
     v_cut_owed    bigint[];
@@ -2258,18 +2259,18 @@ BEGIN
     --    asks more than one slot.
     IF v_buckets OR v_qc.rate_count IS NOT NULL THEN
         SELECT pg_catalog.array_agg(x.id), pg_catalog.array_agg(x.ord), pg_catalog.array_agg(x.rnd),
-               pg_catalog.array_agg(x.cost), pg_catalog.array_agg(x.slots)
-          INTO v_msg_ids, v_msg_ords, v_msg_rounds, v_msg_costs, v_msg_slots
+               pg_catalog.array_agg(x.cost), pg_catalog.array_agg(x.slots), pg_catalog.array_agg(x.dequeue_at)
+          INTO v_msg_ids, v_msg_ords, v_msg_rounds, v_msg_costs, v_msg_slots, v_msg_dqs
           FROM (
-            SELECT m.id, m.rank, p.ord, (p.used + m.rank - 1) / p.weight AS rnd, m.cost, m.slots
+            SELECT m.id, m.rank, p.ord, (p.used + m.rank - 1) / p.weight AS rnd, m.cost, m.slots, m.dequeue_at
               FROM ROWS FROM (pg_catalog.unnest(v_ch_ids), pg_catalog.unnest(v_quotas),
                               pg_catalog.unnest(v_weights), pg_catalog.unnest(v_used),
                               pg_catalog.unnest(v_tokens), pg_catalog.unnest(v_bursts),
                               pg_catalog.unnest(v_caps), pg_catalog.unnest(v_slot_rooms))
                    WITH ORDINALITY AS p(channel_id, room, weight, used, tokens, burst, cap, slot_room, ord)
               CROSS JOIN LATERAL (
-                  SELECT r.id, r.rank, r.cost, r.slots
-                    FROM (SELECT q.id, q.cost, q.slots, pg_catalog.row_number() OVER w AS rank,
+                  SELECT r.id, r.rank, r.cost, r.slots, r.dequeue_at
+                    FROM (SELECT q.id, q.cost, q.slots, q.dequeue_at, pg_catalog.row_number() OVER w AS rank,
                                  pg_catalog.sum(q.cost) OVER w AS spent,
                                  pg_catalog.sum(least(q.slots, p.cap)) OVER w AS taken
                             FROM (SELECT mm.id, mm.dequeue_at, least(mm.cost, coalesce(p.burst, mm.cost))::bigint AS cost,
@@ -2289,15 +2290,15 @@ BEGIN
           ) x;
     ELSE
         SELECT pg_catalog.array_agg(x.id), pg_catalog.array_agg(x.ord), pg_catalog.array_agg(x.rnd),
-               pg_catalog.array_agg(x.slots)
-          INTO v_msg_ids, v_msg_ords, v_msg_rounds, v_msg_slots
+               pg_catalog.array_agg(x.slots), pg_catalog.array_agg(x.dequeue_at)
+          INTO v_msg_ids, v_msg_ords, v_msg_rounds, v_msg_slots, v_msg_dqs
           FROM (
-            SELECT m.id, m.rank, p.ord, (p.used + m.rank - 1) / p.weight AS rnd, m.slots
+            SELECT m.id, m.rank, p.ord, (p.used + m.rank - 1) / p.weight AS rnd, m.slots, m.dequeue_at
               FROM ROWS FROM (pg_catalog.unnest(v_ch_ids), pg_catalog.unnest(v_quotas),
                               pg_catalog.unnest(v_weights), pg_catalog.unnest(v_used))
                    WITH ORDINALITY AS p(channel_id, room, weight, used, ord)
               CROSS JOIN LATERAL (
-                  SELECT q.id, q.slots, pg_catalog.row_number() OVER (ORDER BY q.dequeue_at, q.id) AS rank
+                  SELECT q.id, q.slots, q.dequeue_at, pg_catalog.row_number() OVER (ORDER BY q.dequeue_at, q.id) AS rank
                     FROM (SELECT mm.id, mm.dequeue_at, mm.slots
                             FROM lonnymq_message mm
                            WHERE mm.channel_id = p.channel_id
@@ -2313,13 +2314,15 @@ BEGIN
         IF v_limited IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.unnest(v_msg_slots) AS u(n) WHERE u.n > 1) THEN
             -- Each capped channel keeps its candidates while their slots fit (in rank order).
             SELECT pg_catalog.array_agg(k.id ORDER BY k.pos), pg_catalog.array_agg(k.ord ORDER BY k.pos),
-                   pg_catalog.array_agg(k.rnd ORDER BY k.pos), pg_catalog.array_agg(k.slots ORDER BY k.pos)
-              INTO v_msg_ids, v_msg_ords, v_msg_rounds, v_msg_slots
-              FROM (SELECT u.id, u.ord, u.rnd, u.slots, u.pos,
+                   pg_catalog.array_agg(k.rnd ORDER BY k.pos), pg_catalog.array_agg(k.slots ORDER BY k.pos),
+                   pg_catalog.array_agg(k.dq ORDER BY k.pos)
+              INTO v_msg_ids, v_msg_ords, v_msg_rounds, v_msg_slots, v_msg_dqs
+              FROM (SELECT u.id, u.ord, u.rnd, u.slots, u.dq, u.pos,
                            pg_catalog.sum(least(u.slots, v_caps[u.ord::integer])) OVER (PARTITION BY u.ord ORDER BY u.pos) AS taken
                       FROM ROWS FROM (pg_catalog.unnest(v_msg_ids), pg_catalog.unnest(v_msg_ords),
-                                      pg_catalog.unnest(v_msg_rounds), pg_catalog.unnest(v_msg_slots))
-                           WITH ORDINALITY AS u(id, ord, rnd, slots, pos)) k
+                                      pg_catalog.unnest(v_msg_rounds), pg_catalog.unnest(v_msg_slots),
+                                      pg_catalog.unnest(v_msg_dqs))
+                           WITH ORDINALITY AS u(id, ord, rnd, slots, dq, pos)) k
              WHERE v_caps[k.ord::integer] IS NULL OR k.taken <= v_slot_rooms[k.ord::integer];
         END IF;
     END IF;
@@ -2368,6 +2371,7 @@ BEGIN
         v_msg_ords := CASE WHEN v_keep > 0 THEN v_msg_ords[1:v_keep] END;
         v_msg_costs := CASE WHEN v_keep > 0 THEN v_msg_costs[1:v_keep] END;
         v_msg_slots := CASE WHEN v_keep > 0 THEN v_msg_slots[1:v_keep] END;
+        v_msg_dqs := CASE WHEN v_keep > 0 THEN v_msg_dqs[1:v_keep] END;
     END IF;
 
     -- 3. Lease them (matched by id array: a join here is planned as a full scan), and add
@@ -2446,9 +2450,20 @@ BEGIN
           -- planner a tid scan; a plain join to unnest() is planned as a hash join over a
           -- sequential scan of every channel).
           JOIN lonnymq_channel c ON c.ctid = p.tid AND c.ctid = ANY (v_ch_tids) AND c.id = p.channel_id
+          -- Its next ready message starts after the last one it leased here (l.at: that
+          -- message's position in the batch), not at the front of its range in the ready index,
+          -- where a held snapshot keeps an entry for every message taken since. What it cannot
+          -- see there (a message put back or enqueued behind them since step 2, one another
+          -- session held locked) only ever makes the head later: by at most the tolerance, or
+          -- far enough to park the channel or move it ahead, which looks again from the front
+          -- below, under the channel's lock.
+          CROSS JOIN LATERAL (
+              SELECT pg_catalog.max(k.at) AS at FROM pg_catalog.unnest(pg_catalog.array_positions(v_msg_ords, p.ord)) AS k(at)
+          ) l
           LEFT JOIN LATERAL (
               SELECT mm.dequeue_at, mm.cost, mm.slots FROM lonnymq_message mm
                WHERE mm.channel_id = p.channel_id AND mm.lease_until IS NULL
+                 AND (mm.dequeue_at, mm.id) > (coalesce(v_msg_dqs[l.at], -1), coalesce(v_msg_ids[l.at], -1))
                ORDER BY mm.dequeue_at, mm.id LIMIT 1
           ) h ON true
          ORDER BY p.ord

@@ -159,3 +159,44 @@ def test_under_a_held_snapshot_the_dequeue_starts_at_its_mark_and_still_serves_e
     assert len(worker.delivered) == total + 1
     assert int(scalar("SELECT count(*) FROM lonnymq_message", conn=setup)) == 0
     assert rows("SELECT * FROM lonnymq_check_v2(0)", conn=setup) == []
+
+
+READY_ENTRIES_READ = "SELECT pg_stat_get_xact_tuples_returned('lonnymq_message_ready_idx'::regclass)"
+
+
+def test_under_a_held_snapshot_a_channel_s_next_head_is_read_after_what_the_call_leased(connect: Any) -> None:
+    """The ready index keeps an entry for every message taken since the snapshot, at the front
+    of the channel's range: the dequeue reads them once (its candidates), not again for the
+    channel's next head, which it looks for after the last message it leased."""
+    setup, holder, conn = connect(), connect(), connect(autocommit=False)
+    named(
+        "enqueue_many", setup, queue=Q, channels=["deep"] * 1500, payloads=["{}"] * 1500, run_at_ms=None,
+        delay_ms=None, priorities=None, dedup_keys=None, on_duplicate=None, max_attempts=None,
+        default_max_attempts=5, priority_step_ms=1000, tolerance_ms=50, costs=None, slots=None,
+    )
+    later = enqueue_sql(Q, channel="deep", delay_ms=3_600_000, conn=setup)  # its head once the rest is gone
+    holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    holder.execute("SELECT 1")  # the snapshot: VACUUM can remove nothing written after it
+    taken = 0
+    while taken < 1500:
+        before = int(scalar(READY_ENTRIES_READ, conn=conn))
+        got = dequeue(Q, batch=100, conn=conn)
+        read = int(scalar(READY_ENTRIES_READ, conn=conn)) - before
+        assert len(got) == 100 and later not in [r["id"] for r in got]
+        if taken + 100 < 1500:
+            # Candidates: the `taken` entries the snapshot keeps, then the 100 leased; the
+            # head: the next one. A head read from the front would read all of them again.
+            assert taken + 100 <= read <= taken + 100 + 10, (taken, read)
+        else:
+            # The last of them: the head is the delayed message, an hour away, so the channel
+            # moves far ahead only after its second look, which reads from the front.
+            assert 2 * (taken + 100) <= read <= 2 * (taken + 100) + 10, (taken, read)
+        ack(got, conn=conn)
+        conn.commit()
+        taken += 100
+    # The delayed message is the channel's next turn.
+    next_at = scalar("SELECT next_dequeue_at FROM lonnymq_channel WHERE queue = %s AND name = 'deep'", [Q], conn=setup)
+    dequeue_at = scalar("SELECT dequeue_at FROM lonnymq_message WHERE id = %s", [later], conn=setup)
+    assert next_at == dequeue_at
+    holder.execute("COMMIT")
+    assert rows("SELECT * FROM lonnymq_check_v2(0)", conn=setup) == []
