@@ -6,6 +6,7 @@ to the caller (producers hold transactions open on purpose)."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import psycopg
@@ -15,6 +16,11 @@ DEADLOCK = "40P01"
 SERIALIZATION_FAILURE = "40001"
 LOCK_NOT_AVAILABLE = "55P03"
 QUERY_CANCELED = "57014"
+
+
+def name_pids(text: str, roles: dict[int, str]) -> str:
+    """A server message (a deadlock's) with each "process N" named by its role in the test."""
+    return re.sub(r"[Pp]rocess (\d+)", lambda m: f"process {m[1]} ({roles.get(int(m[1]), '?')})", text)
 
 
 def enqueue(conn: psycopg.Connection[Any], queue: str, channel: str, payload: Any = None,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import threading
 import time
 from collections import Counter
@@ -44,8 +43,7 @@ class Run:
         self.delivered = 0
 
     def error(self, who: str, exc: BaseException) -> None:
-        text = re.sub(r"[Pp]rocess (\d+)", lambda m: f"process {m[1]} ({self.roles.get(int(m[1]), '?')})",
-                      str(exc))
+        text = q.name_pids(str(exc), self.roles)
         with self.lock:
             self.errors[q.sqlstate(exc) or type(exc).__name__] += 1
             if len(self.samples) < 5:

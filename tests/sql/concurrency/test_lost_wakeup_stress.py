@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import threading
 import time
 from collections import Counter
@@ -67,7 +66,7 @@ class Ledger:
         self.external_cancels: list[str] = []
 
     def name_pids(self, text: str) -> str:
-        return re.sub(r"[Pp]rocess (\d+)", lambda m: f"process {m[1]} ({self.roles.get(int(m[1]), '?')})", text)
+        return q.name_pids(text, self.roles)
 
     def fail(self, text: str) -> None:
         with self.lock:
