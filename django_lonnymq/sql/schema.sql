@@ -2430,7 +2430,7 @@ BEGIN
            v_rate_period, v_next_spent, v_head_costs, v_holds, v_next_slots, v_head_slots
       FROM (
         SELECT p.channel_id, p.tid, h.dequeue_at AS head, c.last_dequeue_at + c.release_interval_ms AS last_floor,
-               coalesce(pg_catalog.cardinality(pg_catalog.array_positions(v_msg_ords, p.ord)), 0) AS leased,
+               l.n AS leased,
                c.release_interval_ms, c.next_token_at, c.rate_count, c.rate_period_ms,
                -- The tokens its leases took (a bucket's channel only), and its next head's cost.
                CASE WHEN c.rate_count IS NOT NULL
@@ -2439,7 +2439,7 @@ BEGIN
                h.cost AS head_cost, c.hold_until,
                -- The slots its leases took (a capped channel only), and its next head's.
                CASE WHEN c.max_concurrency IS NULL THEN 0
-                    WHEN NOT v_many_slots THEN coalesce(pg_catalog.cardinality(pg_catalog.array_positions(v_msg_ords, p.ord)), 0)
+                    WHEN NOT v_many_slots THEN l.n
                     ELSE (SELECT coalesce(pg_catalog.sum(v_msg_slots[k.at]), 0)
                             FROM pg_catalog.unnest(pg_catalog.array_positions(v_msg_ords, p.ord)) AS k(at)) END
                    AS slots_taken,
@@ -2450,15 +2450,16 @@ BEGIN
           -- planner a tid scan; a plain join to unnest() is planned as a hash join over a
           -- sequential scan of every channel).
           JOIN lonnymq_channel c ON c.ctid = p.tid AND c.ctid = ANY (v_ch_tids) AND c.id = p.channel_id
-          -- Its next ready message starts after the last one it leased here (l.at: that
-          -- message's position in the batch), not at the front of its range in the ready index,
+          -- l: how many it leased here, and the last one's position in the batch. Its next
+          -- ready message starts after that one, not at the front of its range in the ready index,
           -- where a held snapshot keeps an entry for every message taken since. What it cannot
           -- see there (a message put back or enqueued behind them since step 2, one another
           -- session held locked) only ever makes the head later: by at most the tolerance, or
           -- far enough to park the channel or move it ahead, which looks again from the front
           -- below, under the channel's lock.
           CROSS JOIN LATERAL (
-              SELECT pg_catalog.max(k.at) AS at FROM pg_catalog.unnest(pg_catalog.array_positions(v_msg_ords, p.ord)) AS k(at)
+              SELECT pg_catalog.count(*)::integer AS n, pg_catalog.max(k.at) AS at
+                FROM pg_catalog.unnest(pg_catalog.array_positions(v_msg_ords, p.ord)) AS k(at)
           ) l
           LEFT JOIN LATERAL (
               SELECT mm.dequeue_at, mm.cost, mm.slots FROM lonnymq_message mm

@@ -134,7 +134,7 @@ RELEASED = {
     "0054_ordered_resume.up.sql": "f6b2dcc33d5ee67d29a2c4a4163ffa1893258c31d3cec7aafebf59835628cd11",
     "0055_capped_bookkeeping.up.sql": "86d744943a72908dd6a32bfe2157d5973c5ab5f93591dec7c9b086fe0a0d84fc",
     "0056_dequeue_past_held_versions.up.sql": "2cfdf82555f88f18e91e33e055de34842a5b4b6c890742e65ed131b9bc9f2d43",
-    "0057_head_after_the_leased.up.sql": "315a1e68e0177f0e90f1d15cab146dbd3211c52632ddaaf645c29a960c93fba2",
+    "0057_head_after_the_leased.up.sql": "d70881d44039d3075e51f70bbb00cd58308b3cc662b89c44e32f25f99facbc43",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
