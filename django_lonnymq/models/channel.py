@@ -121,6 +121,20 @@ class Channel(models.Model):
     )
     # Whether ordered is the channel's own (configure_channel(ordered=...)) or its plan's.
     own_ordered = models.BooleanField(default=False)
+    # The last message a dequeue took from it, where its candidate scans start while a held
+    # snapshot fills the front of the ready index (schema.sql).
+    taken_at = models.BigIntegerField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="The last message a dequeue took from it: its release time (ms) (candidate scans start after it under a held snapshot).",
+    )
+    taken_id = models.BigIntegerField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="The last message a dequeue took from it: its id (candidate scans start after it under a held snapshot).",
+    )
 
     def delete(self, using: str | None = None, keep_parents: bool = False) -> tuple[int, dict[str, int]]:
         """Through ``lonnymq_delete_channel_v1`` (see :func:`_delete_channels`); raises

@@ -164,7 +164,13 @@ CREATE TABLE lonnymq_channel (
     -- visited it saw: a capped channel is eligible while that many are free (at most its cap:
     -- once its cap is free, a message that asks more than a smaller cap still runs).
     head_slots          integer     NOT NULL DEFAULT 1,
-    CONSTRAINT lonnymq_channel_head_slots_range CHECK (head_slots BETWEEN 1 AND 1000000)
+    CONSTRAINT lonnymq_channel_head_slots_range CHECK (head_slots BETWEEN 1 AND 1000000),
+    -- The last message a dequeue leased from it, (dequeue_at, id): every ready message before
+    -- it was taken then. While a held snapshot keeps an entry in the ready index for every
+    -- message taken since, a dequeue looks for the channel's candidates after it (not for an
+    -- ordered channel), and from the front at least once a second (lonnymq_dequeue_v1).
+    taken_at            bigint      NULL,
+    taken_id            bigint      NULL
 ) WITH (
     -- Every release rewrites the row: leave room on the page and vacuum early.
     fillfactor = 50,
@@ -1833,6 +1839,26 @@ $$;
 -- 50 of 200,000 messages, against 2 ms for a worker that planned later. Without JIT, which
 -- a plan over a node those settings disable would otherwise pay on every call.
 
+-- Where a session's candidate scans of a queue start (lonnymq_dequeue_v1's step 2 and
+-- lonnymq_dequeue_held_v1), after a scan from the front of the channels' ranges in the ready
+-- index that read p_read entries for p_taken candidates. Read more than 1,000 entries beyond
+-- twice the candidates (the entries a held snapshot keeps for every message taken since it
+-- began, which no VACUUM removes and no scan can mark dead), and the session's scans start
+-- after the last message a dequeue took from each channel until p_now plus 1 ms per 10
+-- entries read (at most a second), then from the front again; read fewer, and every scan is
+-- from the front. The state is a session setting, as the eligible scan's mark is.
+CREATE FUNCTION lonnymq_ready_from_v1(p_queue text, p_now bigint, p_read bigint, p_taken integer) RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pg_catalog.set_config('lonnymq.ready_from_' || pg_catalog.md5(p_queue),
+                                  CASE WHEN p_read > 1000 + 2 * p_taken::bigint
+                                       THEN (p_now + least(p_read / 10, 1000))::text ELSE '' END,
+                                  false);
+END
+$$;
+
 -- The first p_limit committed wake-up marks of a queue due by p_now, earliest first, read
 -- without a lock (lonnymq_dequeue_held_v1's look at the channels being woken). From the
 -- queue's index in its order, so it reads p_limit marks whatever the number left; joined to
@@ -1887,6 +1913,11 @@ DECLARE
     v_msg_ids  bigint[];
     v_msg_ords bigint[];
     v_share    integer;
+    v_state    text;
+    v_after    boolean;
+    v_after_at bigint[];
+    v_after_id bigint[];
+    v_read     bigint;
 BEGIN
     -- Due channels without limits, in round-robin order, read without a lock: due by their
     -- turn, or by a committed wake-up mark that another dequeuer is applying right now.
@@ -1923,8 +1954,15 @@ BEGIN
     SELECT pg_catalog.array_agg(u.id ORDER BY u.ord) INTO v_seen
       FROM pg_catalog.unnest(v_seen) WITH ORDINALITY AS u(id, ord)
      WHERE pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq_lease_lock_ns_v1(), lonnymq_lock_key_v1(u.id));
-    SELECT pg_catalog.array_agg(u.id ORDER BY u.ord), pg_catalog.array_agg(c.name ORDER BY u.ord)
-      INTO v_ch_ids, v_ch_names
+    -- Where the candidate scans start: as lonnymq_dequeue_v1's, after the last message a
+    -- dequeue took from the channel while this session's scans from the front read many
+    -- more entries than they took (its state, which that function keeps).
+    v_state := coalesce(pg_catalog.current_setting('lonnymq.ready_from_' || pg_catalog.md5(p_queue), true), '');
+    v_after := v_state <> '' AND p_now < v_state::bigint;
+    SELECT pg_catalog.array_agg(u.id ORDER BY u.ord), pg_catalog.array_agg(c.name ORDER BY u.ord),
+           pg_catalog.array_agg(CASE WHEN v_after THEN c.taken_at END ORDER BY u.ord),
+           pg_catalog.array_agg(CASE WHEN v_after THEN c.taken_id END ORDER BY u.ord)
+      INTO v_ch_ids, v_ch_names, v_after_at, v_after_id
       FROM pg_catalog.unnest(v_seen) WITH ORDINALITY AS u(id, ord)
       JOIN lonnymq_channel c ON c.id = u.id AND c.id = ANY (v_seen)
      WHERE NOT c.paused
@@ -1935,12 +1973,14 @@ BEGIN
         RETURN;
     END IF;
     v_share := pg_catalog.ceil(p_batch_size::numeric / pg_catalog.cardinality(v_ch_ids)::numeric)::integer;
+    v_read := pg_catalog.pg_stat_get_xact_tuples_returned('lonnymq_message_ready_idx'::regclass);
 
     SELECT pg_catalog.array_agg(x.id ORDER BY x.rank, x.ord), pg_catalog.array_agg(x.ord ORDER BY x.rank, x.ord)
       INTO v_msg_ids, v_msg_ords
       FROM (
         SELECT m.id, m.rank, p.ord
-          FROM pg_catalog.unnest(v_ch_ids) WITH ORDINALITY AS p(channel_id, ord)
+          FROM ROWS FROM (pg_catalog.unnest(v_ch_ids), pg_catalog.unnest(v_after_at), pg_catalog.unnest(v_after_id))
+               WITH ORDINALITY AS p(channel_id, after_at, after_id, ord)
           CROSS JOIN LATERAL (
               SELECT q.id, pg_catalog.row_number() OVER (ORDER BY q.dequeue_at, q.id) AS rank
                 FROM (SELECT mm.id, mm.dequeue_at
@@ -1948,6 +1988,7 @@ BEGIN
                        WHERE mm.channel_id = p.channel_id
                          AND mm.lease_until IS NULL
                          AND mm.dequeue_at <= p_now
+                         AND (mm.dequeue_at, mm.id) > (coalesce(p.after_at, -1), coalesce(p.after_id, -1))
                        ORDER BY mm.dequeue_at, mm.id
                        LIMIT v_share
                          FOR UPDATE OF mm SKIP LOCKED) q
@@ -1955,6 +1996,13 @@ BEGIN
          ORDER BY m.rank, p.ord
          LIMIT p_batch_size
       ) x;
+    IF NOT v_after THEN
+        -- A scan from the front: what it read decides where the next ones start.
+        v_read := pg_catalog.pg_stat_get_xact_tuples_returned('lonnymq_message_ready_idx'::regclass) - v_read;
+        IF v_read > 1000 OR v_state <> '' THEN
+            PERFORM lonnymq_ready_from_v1(p_queue, p_now, v_read, coalesce(pg_catalog.cardinality(v_msg_ids), 0));
+        END IF;
+    END IF;
     IF v_msg_ids IS NULL THEN
         RETURN;
     END IF;
@@ -2082,6 +2130,14 @@ DECLARE
     v_from        bigint;
     v_read        bigint;
     v_first_at    bigint;
+    v_ready_name  text;
+    v_ready_state text;
+    v_after       boolean;
+    v_after_at    bigint[];
+    v_after_id    bigint[];
+    v_taken_at    bigint[];
+    v_taken_id    bigint[];
+    v_ready_read  bigint;
 BEGIN
     IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'dequeue needs READ COMMITTED, the session runs %', pg_catalog.current_setting('transaction_isolation')
@@ -2111,6 +2167,17 @@ BEGIN
         v_mark := pg_catalog.split_part(v_mark_state, ' ', 2)::bigint;
     END IF;
     v_from := CASE WHEN v_now < v_front_at THEN v_mark END;
+    -- The same for the ready index, where each channel's range starts with an entry for every
+    -- message taken since the snapshot: when this session's last candidate scan from the
+    -- front read many more entries than it took, its candidate scans start after the last
+    -- message a dequeue took from each channel (taken_at, taken_id), until the time the state
+    -- names (lonnymq_ready_from_v1). A message put behind that point meanwhile (a priority, a
+    -- lease given back) waits for the next scan from the front, or for the look from the front
+    -- of step 4 when the channel has nothing after it; an ordered channel's are always read
+    -- from the front (its retried head keeps its place).
+    v_ready_name := 'lonnymq.ready_from_' || pg_catalog.md5(p_queue);
+    v_ready_state := coalesce(pg_catalog.current_setting(v_ready_name, true), '');
+    v_after := v_ready_state <> '' AND v_now < v_ready_state::bigint;
 
     -- 1. Pick channels whose turn has come, in round-robin order; skip those another
     --    dequeuer holds. NO KEY UPDATE does not conflict with the KEY SHARE locks that
@@ -2173,12 +2240,16 @@ BEGIN
                    pg_catalog.array_agg(p.rate_burst),
                    pg_catalog.array_agg(p.level / p.rate_period_ms), pg_catalog.bool_or(p.level IS NOT NULL),
                    pg_catalog.sum(p.weight - p.round_used), pg_catalog.sum(p.weight),
-                   pg_catalog.array_agg(p.max_concurrency), pg_catalog.array_agg(p.max_concurrency - p.in_flight)
+                   pg_catalog.array_agg(p.max_concurrency), pg_catalog.array_agg(p.max_concurrency - p.in_flight),
+                   pg_catalog.array_agg(p.after_at), pg_catalog.array_agg(p.after_id)
               INTO v_ch_ids, v_ch_tids, v_first_at, v_ch_names, v_quotas, v_limited, v_weights, v_used, v_levels,
-                   v_bursts, v_tokens, v_buckets, v_rounds_first, v_weight_sum, v_caps, v_slot_rooms
+                   v_bursts, v_tokens, v_buckets, v_rounds_first, v_weight_sum, v_caps, v_slot_rooms,
+                   v_after_at, v_after_id
               FROM (
                 SELECT c.id, c.ctid, c.name, c.next_dequeue_at, c.turn, c.max_concurrency, c.in_flight, c.weight, c.round_used,
                        c.rate_period_ms, c.rate_burst,
+                       CASE WHEN v_after AND NOT c.ordered THEN c.taken_at END AS after_at,
+                       CASE WHEN v_after AND NOT c.ordered THEN c.taken_id END AS after_id,
                        -- NULL: no limit but the batch. An ordered channel held for a retry or a
                        -- dead message releases nothing (its next turn waits for hold_until).
                        CASE WHEN c.hold_until > v_now THEN 0
@@ -2257,6 +2328,9 @@ BEGIN
     --    the cap is free); a message that asks fewer never passes one that asks more. The plain
     --    query reads each candidate's slots and the cut by slots follows it, only when one
     --    asks more than one slot.
+    IF NOT v_after THEN
+        v_ready_read := pg_catalog.pg_stat_get_xact_tuples_returned('lonnymq_message_ready_idx'::regclass);
+    END IF;
     IF v_buckets OR v_qc.rate_count IS NOT NULL THEN
         SELECT pg_catalog.array_agg(x.id), pg_catalog.array_agg(x.ord), pg_catalog.array_agg(x.rnd),
                pg_catalog.array_agg(x.cost), pg_catalog.array_agg(x.slots), pg_catalog.array_agg(x.dequeue_at)
@@ -2266,8 +2340,10 @@ BEGIN
               FROM ROWS FROM (pg_catalog.unnest(v_ch_ids), pg_catalog.unnest(v_quotas),
                               pg_catalog.unnest(v_weights), pg_catalog.unnest(v_used),
                               pg_catalog.unnest(v_tokens), pg_catalog.unnest(v_bursts),
-                              pg_catalog.unnest(v_caps), pg_catalog.unnest(v_slot_rooms))
-                   WITH ORDINALITY AS p(channel_id, room, weight, used, tokens, burst, cap, slot_room, ord)
+                              pg_catalog.unnest(v_caps), pg_catalog.unnest(v_slot_rooms),
+                              pg_catalog.unnest(v_after_at), pg_catalog.unnest(v_after_id))
+                   WITH ORDINALITY AS p(channel_id, room, weight, used, tokens, burst, cap, slot_room, after_at,
+                                        after_id, ord)
               CROSS JOIN LATERAL (
                   SELECT r.id, r.rank, r.cost, r.slots, r.dequeue_at
                     FROM (SELECT q.id, q.cost, q.slots, q.dequeue_at, pg_catalog.row_number() OVER w AS rank,
@@ -2279,6 +2355,7 @@ BEGIN
                                    WHERE mm.channel_id = p.channel_id
                                      AND mm.lease_until IS NULL
                                      AND mm.dequeue_at <= v_now
+                                     AND (mm.dequeue_at, mm.id) > (coalesce(p.after_at, -1), coalesce(p.after_id, -1))
                                    ORDER BY mm.dequeue_at, mm.id
                                    LIMIT least(p.room::bigint, (p.weight - p.used)::bigint + v_rounds * p.weight::bigint,
                                                v_batch::bigint)
@@ -2295,8 +2372,9 @@ BEGIN
           FROM (
             SELECT m.id, m.rank, p.ord, (p.used + m.rank - 1) / p.weight AS rnd, m.slots, m.dequeue_at
               FROM ROWS FROM (pg_catalog.unnest(v_ch_ids), pg_catalog.unnest(v_quotas),
-                              pg_catalog.unnest(v_weights), pg_catalog.unnest(v_used))
-                   WITH ORDINALITY AS p(channel_id, room, weight, used, ord)
+                              pg_catalog.unnest(v_weights), pg_catalog.unnest(v_used),
+                              pg_catalog.unnest(v_after_at), pg_catalog.unnest(v_after_id))
+                   WITH ORDINALITY AS p(channel_id, room, weight, used, after_at, after_id, ord)
               CROSS JOIN LATERAL (
                   SELECT q.id, q.slots, q.dequeue_at, pg_catalog.row_number() OVER (ORDER BY q.dequeue_at, q.id) AS rank
                     FROM (SELECT mm.id, mm.dequeue_at, mm.slots
@@ -2304,6 +2382,7 @@ BEGIN
                            WHERE mm.channel_id = p.channel_id
                              AND mm.lease_until IS NULL
                              AND mm.dequeue_at <= v_now
+                             AND (mm.dequeue_at, mm.id) > (coalesce(p.after_at, -1), coalesce(p.after_id, -1))
                            ORDER BY mm.dequeue_at, mm.id
                            LIMIT least(p.room::bigint, (p.weight - p.used)::bigint + v_rounds * p.weight::bigint,
                                        v_batch::bigint)
@@ -2324,6 +2403,13 @@ BEGIN
                                       pg_catalog.unnest(v_msg_dqs))
                            WITH ORDINALITY AS u(id, ord, rnd, slots, dq, pos)) k
              WHERE v_caps[k.ord::integer] IS NULL OR k.taken <= v_slot_rooms[k.ord::integer];
+        END IF;
+    END IF;
+    IF NOT v_after THEN
+        -- A scan from the front: what it read decides where the next ones start.
+        v_ready_read := pg_catalog.pg_stat_get_xact_tuples_returned('lonnymq_message_ready_idx'::regclass) - v_ready_read;
+        IF v_ready_read > 1000 OR v_ready_state <> '' THEN
+            PERFORM lonnymq_ready_from_v1(p_queue, v_now, v_ready_read, coalesce(pg_catalog.cardinality(v_msg_ids), 0));
         END IF;
     END IF;
     -- Cut to the batch, and to what a queue-wide bucket's tokens pay for (in round-robin
@@ -2425,12 +2511,16 @@ BEGIN
            pg_catalog.array_agg(n.last_floor), pg_catalog.array_agg(n.leased), pg_catalog.array_agg(n.release_interval_ms),
            pg_catalog.array_agg(n.next_token_at), pg_catalog.array_agg(n.rate_count),
            pg_catalog.array_agg(n.rate_period_ms), pg_catalog.array_agg(n.spent), pg_catalog.array_agg(n.head_cost),
-           pg_catalog.array_agg(n.hold_until), pg_catalog.array_agg(n.slots_taken), pg_catalog.array_agg(n.head_slots)
+           pg_catalog.array_agg(n.hold_until), pg_catalog.array_agg(n.slots_taken), pg_catalog.array_agg(n.head_slots),
+           pg_catalog.array_agg(n.taken_at), pg_catalog.array_agg(n.taken_id)
       INTO v_next_ids, v_next_tids, v_next_at, v_next_last, v_next_leased, v_intervals, v_next_token, v_rate_n,
-           v_rate_period, v_next_spent, v_head_costs, v_holds, v_next_slots, v_head_slots
+           v_rate_period, v_next_spent, v_head_costs, v_holds, v_next_slots, v_head_slots, v_taken_at, v_taken_id
       FROM (
         SELECT p.channel_id, p.tid, h.dequeue_at AS head, c.last_dequeue_at + c.release_interval_ms AS last_floor,
                l.n AS leased,
+               -- The last message it leased here (written as taken_at, taken_id), or what it had.
+               coalesce(v_msg_dqs[l.at], c.taken_at) AS taken_at,
+               CASE WHEN l.at IS NULL THEN c.taken_id ELSE v_msg_ids[l.at] END AS taken_id,
                c.release_interval_ms, c.next_token_at, c.rate_count, c.rate_period_ms,
                -- The tokens its leases took (a bucket's channel only), and its next head's cost.
                CASE WHEN c.rate_count IS NOT NULL
@@ -2451,7 +2541,8 @@ BEGIN
           -- sequential scan of every channel).
           JOIN lonnymq_channel c ON c.ctid = p.tid AND c.ctid = ANY (v_ch_tids) AND c.id = p.channel_id
           -- l: how many it leased here, and the last one's position in the batch. Its next
-          -- ready message starts after that one, not at the front of its range in the ready index,
+          -- ready message starts after that one (or where step 2 started, when it leased
+          -- none), not at the front of its range in the ready index,
           -- where a held snapshot keeps an entry for every message taken since. What it cannot
           -- see there (a message put back or enqueued behind them since step 2, one another
           -- session held locked) only ever makes the head later: by at most the tolerance, or
@@ -2464,7 +2555,8 @@ BEGIN
           LEFT JOIN LATERAL (
               SELECT mm.dequeue_at, mm.cost, mm.slots FROM lonnymq_message mm
                WHERE mm.channel_id = p.channel_id AND mm.lease_until IS NULL
-                 AND (mm.dequeue_at, mm.id) > (coalesce(v_msg_dqs[l.at], -1), coalesce(v_msg_ids[l.at], -1))
+                 AND (mm.dequeue_at, mm.id) > (coalesce(v_msg_dqs[l.at], v_after_at[p.ord], -1),
+                                               coalesce(v_msg_ids[l.at], v_after_id[p.ord], -1))
                ORDER BY mm.dequeue_at, mm.id LIMIT 1
           ) h ON true
          ORDER BY p.ord
@@ -2511,6 +2603,11 @@ BEGIN
                  ORDER BY mm.dequeue_at, mm.id LIMIT 1;
                 IF NOT FOUND THEN
                     v_head := NULL;
+                ELSIF v_next_leased[i] = 0 THEN
+                    -- Its head may lie before where step 2 started (a lease given back): the
+                    -- next candidate scan starts at the front.
+                    v_taken_at[i] := NULL;
+                    v_taken_id[i] := NULL;
                 END IF;
                 v_next_at[i] := CASE WHEN v_head IS NULL THEN NULL ELSE greatest(v_head, v_floor) END;
             ELSE
@@ -2533,11 +2630,15 @@ BEGIN
            in_flight = c.in_flight + u.slots_taken,
            head_slots = u.head_slots,
            bucket_level = CASE WHEN u.leased > 0 THEN u.level ELSE c.bucket_level END,
-           next_token_at = u.token_at
+           next_token_at = u.token_at,
+           taken_at = u.taken_at,
+           taken_id = u.taken_id
       FROM ROWS FROM (pg_catalog.unnest(v_next_ids), pg_catalog.unnest(v_next_at), pg_catalog.unnest(v_next_leased),
                       pg_catalog.unnest(v_owed), pg_catalog.unnest(v_next_level), pg_catalog.unnest(v_next_token),
-                      pg_catalog.unnest(v_next_slots), pg_catalog.unnest(v_head_slots), pg_catalog.unnest(v_next_tids))
-           WITH ORDINALITY AS u(channel_id, next_at, leased, owed, level, token_at, slots_taken, head_slots, tid, ord)
+                      pg_catalog.unnest(v_next_slots), pg_catalog.unnest(v_head_slots), pg_catalog.unnest(v_next_tids),
+                      pg_catalog.unnest(v_taken_at), pg_catalog.unnest(v_taken_id))
+           WITH ORDINALITY AS u(channel_id, next_at, leased, owed, level, token_at, slots_taken, head_slots, tid,
+                                taken_at, taken_id, ord)
      WHERE c.ctid = u.tid AND c.ctid = ANY (v_next_tids) AND c.id = u.channel_id;
 END
 $$;

@@ -14,12 +14,13 @@ each call read are that transaction's own counter.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import psycopg
 import pytest
 
-from tests.harness.helpers import ack, dequeue, enqueue_sql, named, rows, scalar
+from tests.harness.helpers import ack, dequeue, enqueue_sql, fail, named, release, rows, scalar
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -179,6 +180,9 @@ def test_under_a_held_snapshot_a_channel_s_next_head_is_read_after_what_the_call
     holder.execute("SELECT 1")  # the snapshot: VACUUM can remove nothing written after it
     taken = 0
     while taken < 1500:
+        # Candidates from the front of the range every time (the scans that start after the
+        # last message taken: the next test).
+        _set_ready_state(conn, "")
         before = int(scalar(READY_ENTRIES_READ, conn=conn))
         got = dequeue(Q, batch=100, conn=conn)
         read = int(scalar(READY_ENTRIES_READ, conn=conn)) - before
@@ -200,3 +204,134 @@ def test_under_a_held_snapshot_a_channel_s_next_head_is_read_after_what_the_call
     assert next_at == dequeue_at
     holder.execute("COMMIT")
     assert rows("SELECT * FROM lonnymq_check_v2(0)", conn=setup) == []
+
+
+READY_STATE = "SELECT current_setting('lonnymq.ready_from_' || md5(%s), true)"
+
+
+def _ready_state(conn: Any) -> str | None:
+    value = scalar(READY_STATE, [Q], conn=conn)
+    conn.commit()
+    return value or None
+
+
+def _set_ready_state(conn: Any, value: str) -> None:
+    scalar("SELECT set_config('lonnymq.ready_from_' || md5(%s), %s, false)", [Q, value], conn=conn)
+    conn.commit()
+
+
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
+def test_under_a_held_snapshot_candidates_are_read_after_the_last_message_taken(connect: Any) -> None:
+    """Each candidate scan from the front of a channel's range reads an entry for every message
+    taken since the snapshot. Once one reads more than 1,000 entries beyond two per candidate,
+    the session's scans start after the last message a dequeue took from the channel, and from
+    the front again at the time its state names (at most a second away), which serves a message
+    put behind that point; once the entries are gone every scan is from the front again."""
+    setup, holder, conn = connect(), connect(), connect(autocommit=False)
+    total = 3000
+    named(
+        "enqueue_many", setup, queue=Q, channels=["deep"] * total, payloads=["{}"] * total, run_at_ms=None,
+        delay_ms=None, priorities=None, dedup_keys=None, on_duplicate=None, max_attempts=None,
+        default_max_attempts=5, priority_step_ms=1000, tolerance_ms=50, costs=None, slots=None,
+    )
+    holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    holder.execute("SELECT 1")  # the snapshot: VACUUM can remove nothing written after it
+    delivered: list[int] = []
+
+    def call() -> tuple[list[dict[str, Any]], int, int]:
+        before = int(scalar(READY_ENTRIES_READ, conn=conn))
+        now = int(scalar("SELECT lonnymq_now_ms_v1()", conn=conn))
+        got = dequeue(Q, batch=100, conn=conn)
+        read = int(scalar(READY_ENTRIES_READ, conn=conn)) - before
+        if got:
+            ack(got, conn=conn)
+        conn.commit()
+        delivered.extend(r["id"] for r in got)
+        return got, read, now
+
+    reads = []
+    while _ready_state(conn) is None:
+        got, read, now = call()
+        assert len(got) == 100, "the backlog ran out before the scans started after the taken"
+        reads.append(read)
+    # The candidates' scan read every message taken so far, then the 100 it took.
+    assert reads[-1] > 1000 + 2 * 100
+    assert len(delivered) <= 1000 + 2 * 100 + 100
+    front_at = int(_ready_state(conn) or 0)
+    assert now < front_at <= now + min(reads[-1] // 10, 1000) + 50
+
+    # Until then (moved a minute away, so however slow the machine the calls below run
+    # before it), a call reads its 100 candidates and the next head, not the taken again.
+    _set_ready_state(conn, str(now + 60_000))
+    got, read, _ = call()
+    assert len(got) == 100
+    assert read <= 100 + 10, read
+
+    # A message put behind that point (a priority 100 s in the past) waits for the next scan
+    # from the front, which serves it first.
+    late = enqueue_sql(Q, channel="deep", priority=100, priority_step_ms=1000, conn=setup)
+    got, _, _ = call()
+    assert len(got) == 100 and late not in [r["id"] for r in got]
+    _set_ready_state(conn, "0")
+    got, read, _ = call()
+    assert got[0]["id"] == late
+    assert read > 1000, "that call scanned from the front"
+    assert _ready_state(conn) is not None, "and started after the taken again"
+
+    # The snapshot ends and VACUUM (autovacuum's part) removes the dead entries: the next scan
+    # from the front reads few, and every scan is from the front again.
+    holder.execute("COMMIT")
+    setup.execute("VACUUM lonnymq_message")
+    _set_ready_state(conn, "0")
+    got, read, _ = call()
+    assert len(got) == 100 and read <= 100 + 10, read
+    assert _ready_state(conn) is None, "the state outlived the snapshot"
+
+    # Every message, once.
+    while call()[0]:
+        pass
+    assert sorted(delivered) == sorted(set(delivered))
+    assert len(delivered) == total + 1
+    assert int(scalar("SELECT count(*) FROM lonnymq_message", conn=setup)) == 0
+    assert rows("SELECT * FROM lonnymq_check_v2(0)", conn=setup) == []
+
+
+def test_after_the_taken_an_ordered_channel_keeps_its_order_and_a_lease_given_back_comes_next(
+    connect: Any,
+) -> None:
+    """While the candidate scans start after the last message taken, an ordered channel's start
+    at the front (its retried head keeps its place and goes first), and a lease given back behind
+    that point on another channel comes after the next one, without waiting for the scan from
+    the front."""
+    setup, conn = connect(), connect(autocommit=False)
+    scalar("SELECT lonnymq_configure_channel_v4(%s, 'acme', 1)", [Q], conn=setup)
+    scalar("SELECT lonnymq_order_channel_v1(%s, 'acme', true)", [Q], conn=setup)
+    first = enqueue_sql(Q, channel="acme", conn=setup)
+    second = enqueue_sql(Q, channel="acme", conn=setup)
+    f1 = enqueue_sql(Q, channel="free", conn=setup)
+    f2 = enqueue_sql(Q, channel="free", conn=setup)
+    now = int(scalar("SELECT lonnymq_now_ms_v1()", conn=conn))
+    _set_ready_state(conn, str(now + 60_000))
+
+    def call(batch: int = 1) -> list[dict[str, Any]]:
+        got = dequeue(Q, batch=batch, conn=conn)
+        conn.commit()
+        return got
+
+    got = call(batch=2)  # a round: one message of each channel
+    assert sorted(r["id"] for r in got) == sorted([first, f1])
+    acme = next(r for r in got if r["id"] == first)
+    assert fail(acme, retry_delay_ms=300, conn=conn) == "retry"
+    free = next(r for r in got if r["id"] == f1)
+    assert release([free], conn=conn) == [f1]  # back behind where free's scans start
+    conn.commit()
+    time.sleep(0.35)
+    after: list[dict[str, Any]] = []
+    for _ in range(4):
+        after += call(batch=10)
+    order = [r["id"] for r in after]
+    # The retried head again (its lease holds the channel's one slot until it ends).
+    assert [i for i in order if i in (first, second)] == [first], order
+    assert f2 in order and f1 in order and order.index(f2) < order.index(f1), order
+    assert _ready_state(conn) is not None, "the calls above started after the taken"
+    _set_ready_state(conn, "")
