@@ -1956,7 +1956,8 @@ BEGIN
      WHERE pg_catalog.pg_try_advisory_xact_lock_shared(lonnymq_lease_lock_ns_v1(), lonnymq_lock_key_v1(u.id));
     -- Where the candidate scans start: as lonnymq_dequeue_v1's, after the last message a
     -- dequeue took from the channel while this session's scans from the front read many
-    -- more entries than they took (its state, which that function keeps).
+    -- more entries than they took (the state lonnymq_ready_from_v1 keeps, after a scan from
+    -- the front here or there).
     v_state := coalesce(pg_catalog.current_setting('lonnymq.ready_from_' || pg_catalog.md5(p_queue), true), '');
     v_after := v_state <> '' AND p_now < v_state::bigint;
     SELECT pg_catalog.array_agg(u.id ORDER BY u.ord), pg_catalog.array_agg(c.name ORDER BY u.ord),

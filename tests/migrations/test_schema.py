@@ -135,7 +135,7 @@ RELEASED = {
     "0055_capped_bookkeeping.up.sql": "86d744943a72908dd6a32bfe2157d5973c5ab5f93591dec7c9b086fe0a0d84fc",
     "0056_dequeue_past_held_versions.up.sql": "2cfdf82555f88f18e91e33e055de34842a5b4b6c890742e65ed131b9bc9f2d43",
     "0057_head_after_the_leased.up.sql": "d70881d44039d3075e51f70bbb00cd58308b3cc662b89c44e32f25f99facbc43",
-    "0058_ready_scan_after_the_taken.up.sql": "f02eceda474bbdf0e3cfc942d1580ab36c548d2aae5f48bc493506af035a5502",
+    "0058_ready_scan_after_the_taken.up.sql": "fb12c27c25d795e3f214ce5124fd02d45df2c19dc2ad390d1fd5a66c138150f8",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})
