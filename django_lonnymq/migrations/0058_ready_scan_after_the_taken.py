@@ -17,7 +17,9 @@ PIN_SEARCH_PATH = (
 
 REPLACED = ("lonnymq_dequeue_held_v1", "lonnymq_dequeue_v1")
 
-TAKEN_HELP = "The last message a dequeue took from it: {} (candidate scans start after it under a held snapshot)."
+TAKEN_HELP = (
+    "The last message a dequeue took from it: {} (candidate scans start after it under a held snapshot)."
+)
 
 
 class Migration(migrations.Migration):
@@ -41,7 +43,10 @@ class Migration(migrations.Migration):
                     model_name="channel",
                     name="taken_at",
                     field=models.BigIntegerField(
-                        null=True, blank=True, editable=False, help_text=TAKEN_HELP.format("its release time (ms)")
+                        null=True,
+                        blank=True,
+                        editable=False,
+                        help_text=TAKEN_HELP.format("its release time (ms)"),
                     ),
                 ),
                 migrations.AddField(
