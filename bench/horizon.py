@@ -57,7 +57,7 @@ QUEUE_INDEXES = (
     "lonnymq_message_lease_idx",
     "lonnymq_message_pkey",
     "lonnymq_channel_eligible_idx",
-    "lonnymq_channel_pkey",
+    "lonnymq_channel_id_idx",
 )
 PLAIN_TABLES = ("bench_plain",)
 PLAIN_INDEXES = ("bench_plain_pkey",)
@@ -328,7 +328,7 @@ def report(all_series: list[Series], bench: Bench) -> None:
 PROBE_RELATIONS = (
     "lonnymq_channel_eligible_idx",
     "lonnymq_channel",
-    "lonnymq_channel_pkey",
+    "lonnymq_channel_id_idx",
     "lonnymq_message_ready_idx",
     "lonnymq_message",
 )

@@ -150,6 +150,10 @@ class Channel(models.Model):
     class Meta:
         db_table = "lonnymq_channel"
         ordering = ["queue", "name"]
+        # The database holds the primary key and this unique (queue, name) in lonnymq_channel_key
+        # since migration 0059 (a row written once: every dequeue rewrites this table's rows, and
+        # a unique index here made each rewrite check every version a held snapshot keeps);
+        # lonnymq_channel has plain indexes on them. The model keeps both, as what holds.
         constraints = [
             models.UniqueConstraint(fields=["queue", "name"], name="lonnymq_channel_queue_name_uniq"),
             models.CheckConstraint(

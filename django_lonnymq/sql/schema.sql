@@ -90,8 +90,15 @@ CREATE TABLE lonnymq_queue_plan (
 );
 CREATE INDEX lonnymq_queue_plan_plan_idx ON lonnymq_queue_plan (plan_id);
 
+-- Every dequeue that visits a channel rewrites its row (its next turn, its counts), and
+-- moves it in the eligible index, so each visit is a new version of the row with a new entry
+-- in every index of the table. A unique index then checks each new entry against every
+-- version of the row that a held snapshot keeps, one heap block each: 60% of the dequeue's
+-- time over 1,000 channels by the fifth cycle of a held snapshot (docs/performance.md). So
+-- this table has no unique index: a channel's identity and its uniqueness live in
+-- lonnymq_channel_key (below), a row written once, and id, (queue, name) are plain indexes.
 CREATE TABLE lonnymq_channel (
-    id                  bigserial PRIMARY KEY,
+    id                  bigserial,
     queue               text        NOT NULL,
     name                text        NOT NULL,
     max_concurrency     integer     NULL,
@@ -117,7 +124,6 @@ CREATE TABLE lonnymq_channel (
     rate_burst          integer     NULL,
     bucket_level        bigint      NULL,
     next_token_at       bigint      NULL,
-    CONSTRAINT lonnymq_channel_queue_name_uniq UNIQUE (queue, name),
     CONSTRAINT lonnymq_channel_queue_length CHECK (char_length(queue) BETWEEN 1 AND 100),
     CONSTRAINT lonnymq_channel_name_length CHECK (char_length(name) BETWEEN 1 AND 200),
     CONSTRAINT lonnymq_channel_queue_not_blank CHECK (queue ~ '\S'),
@@ -187,6 +193,24 @@ CREATE INDEX lonnymq_channel_eligible_idx ON lonnymq_channel (queue, next_dequeu
     WHERE next_dequeue_at IS NOT NULL
       AND NOT paused
       AND (max_concurrency IS NULL OR in_flight + least(head_slots, max_concurrency) <= max_concurrency);
+
+-- A channel by id and by name: plain indexes (see above); lonnymq_channel_key holds them unique.
+CREATE INDEX lonnymq_channel_id_idx ON lonnymq_channel (id);
+CREATE INDEX lonnymq_channel_queue_name_idx ON lonnymq_channel (queue, name);
+
+-- A channel's identity, written once when the channel is created and deleted with it: the
+-- unique (queue, name) that decides which of two concurrent first enqueues creates it, the
+-- id dead messages keep, and the lookup of a channel by name that an enqueue makes (one row
+-- version, however many a held snapshot keeps of the channel's row). The functions that
+-- create channels write the key first (ON CONFLICT on its (queue, name)) and then the channel
+-- with its id; any other insert into lonnymq_channel gets its key from a trigger
+-- (lonnymq_channel_key_v1), and a deleted or truncated channel takes its key with it.
+CREATE TABLE lonnymq_channel_key (
+    id     bigint NOT NULL DEFAULT pg_catalog.nextval('lonnymq_channel_id_seq'::regclass) PRIMARY KEY,
+    queue  text   NOT NULL,
+    name   text   NOT NULL,
+    CONSTRAINT lonnymq_channel_key_queue_name_uniq UNIQUE (queue, name)
+);
 
 -- Ordered channels a dead message blocks, by queue (api.blocked_channels, the admin).
 CREATE INDEX lonnymq_channel_blocked_idx ON lonnymq_channel (queue, name) WHERE blocked_by IS NOT NULL;
@@ -310,7 +334,7 @@ CREATE TABLE lonnymq_release_count (
 
 CREATE TABLE lonnymq_dead_message (
     id            bigint      PRIMARY KEY,
-    channel_id    bigint      NULL REFERENCES lonnymq_channel (id) ON DELETE SET NULL,
+    channel_id    bigint      NULL REFERENCES lonnymq_channel_key (id) ON DELETE SET NULL,
     queue         text        NOT NULL,
     channel       text        NOT NULL,
     payload       jsonb       NOT NULL,
@@ -743,14 +767,17 @@ AS $$
 DECLARE
     v_id bigint;
 BEGIN
-    SELECT id INTO v_id FROM lonnymq_channel WHERE queue = p_queue AND name = p_channel;
+    SELECT k.id INTO v_id FROM lonnymq_channel_key k WHERE k.queue = p_queue AND k.name = p_channel;
     IF v_id IS NULL THEN
         PERFORM lonnymq_check_names_v1(p_queue, p_channel);
-        INSERT INTO lonnymq_channel (queue, name) VALUES (p_queue, p_channel)
+        -- The key first: of two concurrent first enqueues, the one whose key goes in creates it.
+        INSERT INTO lonnymq_channel_key (queue, name) VALUES (p_queue, p_channel)
             ON CONFLICT (queue, name) DO NOTHING
             RETURNING id INTO v_id;
-        IF v_id IS NULL THEN
-            SELECT id INTO v_id FROM lonnymq_channel WHERE queue = p_queue AND name = p_channel;
+        IF v_id IS NOT NULL THEN
+            INSERT INTO lonnymq_channel (id, queue, name) VALUES (v_id, p_queue, p_channel);
+        ELSE
+            SELECT k.id INTO v_id FROM lonnymq_channel_key k WHERE k.queue = p_queue AND k.name = p_channel;
         END IF;
         IF v_id IS NULL THEN
             RAISE EXCEPTION 'channel %/% was created concurrently; retry the transaction', p_queue, p_channel
@@ -1450,17 +1477,22 @@ BEGIN
     -- Missing channels in name order, then every channel's shared lock in id order ("an
     -- enqueue into this channel is in flight"). The lookup is a join: "name = ANY (array)"
     -- would, in the generic plan, test every channel of the queue against the whole batch.
-    INSERT INTO lonnymq_channel (queue, name)
-    SELECT DISTINCT p_queue, u.name FROM pg_catalog.unnest(p_channels) AS u(name)
-     WHERE NOT EXISTS (SELECT 1 FROM lonnymq_channel c WHERE c.queue = p_queue AND c.name = u.name)
-     ORDER BY 2
-    ON CONFLICT (queue, name) DO NOTHING;
+    -- Their keys first (lonnymq_channel_key): the key decides who creates a channel.
+    WITH created AS (
+        INSERT INTO lonnymq_channel_key (queue, name)
+        SELECT DISTINCT p_queue, u.name FROM pg_catalog.unnest(p_channels) AS u(name)
+         WHERE NOT EXISTS (SELECT 1 FROM lonnymq_channel_key k WHERE k.queue = p_queue AND k.name = u.name)
+         ORDER BY 2
+        ON CONFLICT (queue, name) DO NOTHING
+        RETURNING id, queue, name
+    )
+    INSERT INTO lonnymq_channel (id, queue, name) SELECT n.id, n.queue, n.name FROM created n ORDER BY n.name;
     SELECT pg_catalog.array_agg(c.id ORDER BY c.id) FILTER (WHERE c.id IS NOT NULL),
            pg_catalog.array_agg(c.name ORDER BY c.id) FILTER (WHERE c.id IS NOT NULL),
            pg_catalog.count(*) - pg_catalog.count(c.id)
       INTO v_channel_ids, v_channel_names, v_missing
       FROM (SELECT DISTINCT u.name FROM pg_catalog.unnest(p_channels) AS u(name)) u
-      LEFT JOIN lonnymq_channel c ON c.queue = p_queue AND c.name = u.name;
+      LEFT JOIN lonnymq_channel_key c ON c.queue = p_queue AND c.name = u.name;
     IF v_missing > 0 THEN
         RAISE EXCEPTION 'a channel of queue % was created concurrently; retry the transaction', p_queue
             USING ERRCODE = '40001';
@@ -3621,6 +3653,50 @@ $$;
 CREATE TRIGGER lonnymq_channel_plan BEFORE INSERT ON lonnymq_channel
     FOR EACH ROW EXECUTE FUNCTION lonnymq_channel_plan_v1();
 
+-- A channel's key (lonnymq_channel_key) for an insert that did not write it first (the
+-- ORM, a hand-written INSERT): a (queue, name) that another channel has fails as a unique
+-- violation of lonnymq_channel_key_queue_name_uniq, as it did on the channel's own
+-- constraint before 0059. The functions that create channels write the key first, so here
+-- it is already there with the same id, queue and name.
+CREATE FUNCTION lonnymq_channel_key_v1() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    INSERT INTO lonnymq_channel_key (id, queue, name) VALUES (NEW.id, NEW.queue, NEW.name)
+        ON CONFLICT (id) DO NOTHING;
+    IF NOT FOUND AND NOT EXISTS (SELECT 1 FROM lonnymq_channel_key k
+                                  WHERE k.id = NEW.id AND k.queue = NEW.queue AND k.name = NEW.name) THEN
+        RAISE EXCEPTION 'channel id % belongs to another channel than %/%', NEW.id, NEW.queue, NEW.name
+            USING ERRCODE = 'unique_violation', TABLE = 'lonnymq_channel_key';
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER lonnymq_channel_key BEFORE INSERT ON lonnymq_channel
+    FOR EACH ROW EXECUTE FUNCTION lonnymq_channel_key_v1();
+
+-- A channel's key goes with it (a prune, a delete, the admin, any DELETE or TRUNCATE), in the
+-- statement that deletes it: its dead messages' channel_id becomes NULL then (the foreign key).
+CREATE FUNCTION lonnymq_channel_gone_v1() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF TG_OP = 'TRUNCATE' THEN
+        -- A DELETE: a TRUNCATE here fails while dead messages refer to the keys.
+        DELETE FROM lonnymq_channel_key;
+    ELSE
+        DELETE FROM lonnymq_channel_key k USING gone g WHERE k.id = g.id;
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER lonnymq_channel_gone AFTER DELETE ON lonnymq_channel
+    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION lonnymq_channel_gone_v1();
+CREATE TRIGGER lonnymq_channel_truncated AFTER TRUNCATE ON lonnymq_channel
+    FOR EACH STATEMENT EXECUTE FUNCTION lonnymq_channel_gone_v1();
+
 -- Create or change a plan: a NULL limit is left as it is (a new plan starts from the
 -- defaults: weight 1, no cap, no interval, no rate, not ordered); p_unlimited removes the cap,
 -- p_no_rate the bucket. p_ordered: strict order for the plan's channels (NULL: as it is); an
@@ -4351,6 +4427,9 @@ $$;
 --     channel NULL): lonnymq_message has no foreign key (0036), and this proves what it did.
 --     The channels are read from the two message indexes (the ready index by skipping from
 --     one channel to the next, the lease index whole), not from the backlog.
+--   channel_key_mismatch: a channel and its identity in lonnymq_channel_key disagree (one
+--     without the other, another name, an id on two channel rows): the key holds the
+--     channel's unique (queue, name) since 0059, and this proves it holds every channel's.
 -- Its work does not grow with the backlog (docs/admin.md, "At size"): the leases are read
 -- along the lease index (a slot or a queue slot needs a lease: CHECKs of lonnymq_message),
 -- and only the channels that could be stranded have their head looked up: a channel whose
@@ -4426,7 +4505,18 @@ BEGIN
                 SELECT w.channel_id FROM waiting w WHERE w.channel_id IS NOT NULL
                 UNION
                 SELECT m.channel_id FROM lonnymq_message m WHERE m.lease_until IS NOT NULL) o
-         WHERE NOT EXISTS (SELECT 1 FROM lonnymq_channel c WHERE c.id = o.channel_id);
+         WHERE NOT EXISTS (SELECT 1 FROM lonnymq_channel c WHERE c.id = o.channel_id)
+        UNION ALL
+        SELECT coalesce(c.id, k.id), coalesce(c.queue, k.queue), coalesce(c.name, k.name), 'channel_key_mismatch',
+               CASE WHEN k.id IS NULL THEN 'the channel has no row in lonnymq_channel_key'
+                    WHEN c.id IS NULL THEN 'a row of lonnymq_channel_key without its channel'
+                    WHEN c.n > 1 THEN pg_catalog.format('%s channel rows have this id', c.n)
+                    ELSE pg_catalog.format('its key names %s/%s', k.queue, k.name) END
+          FROM (SELECT c.id, pg_catalog.min(c.queue) AS queue, pg_catalog.min(c.name) AS name,
+                       pg_catalog.count(*) AS n
+                  FROM lonnymq_channel c GROUP BY c.id) c
+          FULL JOIN lonnymq_channel_key k ON k.id = c.id
+         WHERE c.id IS NULL OR k.id IS NULL OR c.n > 1 OR c.queue <> k.queue OR c.name <> k.name;
 END
 $$;
 

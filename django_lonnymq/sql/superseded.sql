@@ -437,11 +437,16 @@ BEGIN
     -- Missing channels in name order, then every channel's shared lock in id order ("an
     -- enqueue into this channel is in flight"). The lookup is a join: "name = ANY (array)"
     -- would, in the generic plan, test every channel of the queue against the whole batch.
-    INSERT INTO lonnymq_channel (queue, name)
-    SELECT DISTINCT p_queue, u.name FROM pg_catalog.unnest(p_channels) AS u(name)
-     WHERE NOT EXISTS (SELECT 1 FROM lonnymq_channel c WHERE c.queue = p_queue AND c.name = u.name)
-     ORDER BY 2
-    ON CONFLICT (queue, name) DO NOTHING;
+    -- Their keys first (lonnymq_channel_key, since 0059): the key decides who creates a channel.
+    WITH created AS (
+        INSERT INTO lonnymq_channel_key (queue, name)
+        SELECT DISTINCT p_queue, u.name FROM pg_catalog.unnest(p_channels) AS u(name)
+         WHERE NOT EXISTS (SELECT 1 FROM lonnymq_channel_key k WHERE k.queue = p_queue AND k.name = u.name)
+         ORDER BY 2
+        ON CONFLICT (queue, name) DO NOTHING
+        RETURNING id, queue, name
+    )
+    INSERT INTO lonnymq_channel (id, queue, name) SELECT n.id, n.queue, n.name FROM created n ORDER BY n.name;
     SELECT pg_catalog.array_agg(c.id ORDER BY c.id) FILTER (WHERE c.id IS NOT NULL),
            pg_catalog.array_agg(c.name ORDER BY c.id) FILTER (WHERE c.id IS NOT NULL),
            pg_catalog.count(*) - pg_catalog.count(c.id)
@@ -1347,11 +1352,16 @@ BEGIN
     -- Missing channels in name order, then every channel's shared lock in id order ("an
     -- enqueue into this channel is in flight"). The lookup is a join: "name = ANY (array)"
     -- would, in the generic plan, test every channel of the queue against the whole batch.
-    INSERT INTO lonnymq_channel (queue, name)
-    SELECT DISTINCT p_queue, u.name FROM pg_catalog.unnest(p_channels) AS u(name)
-     WHERE NOT EXISTS (SELECT 1 FROM lonnymq_channel c WHERE c.queue = p_queue AND c.name = u.name)
-     ORDER BY 2
-    ON CONFLICT (queue, name) DO NOTHING;
+    -- Their keys first (lonnymq_channel_key, since 0059): the key decides who creates a channel.
+    WITH created AS (
+        INSERT INTO lonnymq_channel_key (queue, name)
+        SELECT DISTINCT p_queue, u.name FROM pg_catalog.unnest(p_channels) AS u(name)
+         WHERE NOT EXISTS (SELECT 1 FROM lonnymq_channel_key k WHERE k.queue = p_queue AND k.name = u.name)
+         ORDER BY 2
+        ON CONFLICT (queue, name) DO NOTHING
+        RETURNING id, queue, name
+    )
+    INSERT INTO lonnymq_channel (id, queue, name) SELECT n.id, n.queue, n.name FROM created n ORDER BY n.name;
     SELECT pg_catalog.array_agg(c.id ORDER BY c.id) FILTER (WHERE c.id IS NOT NULL),
            pg_catalog.array_agg(c.name ORDER BY c.id) FILTER (WHERE c.id IS NOT NULL),
            pg_catalog.count(*) - pg_catalog.count(c.id)
