@@ -59,14 +59,12 @@ def test_every_way_of_creating_a_channel_writes_its_key_and_a_taken_name_fails()
 
     # A name that is taken fails as the unique violation of the key's (queue, name), before
     # anything is written.
-    with pytest.raises(IntegrityError, match="lonnymq_channel_key_queue_name_uniq"):
-        with transaction.atomic():
-            Channel.objects.create(queue=Q, name="by-orm")
+    with pytest.raises(IntegrityError, match="lonnymq_channel_key_queue_name_uniq"), transaction.atomic():
+        Channel.objects.create(queue=Q, name="by-orm")
     # An id that is another channel's fails too (a hand-written INSERT).
     taken = next(iter(_keys()))
-    with pytest.raises(IntegrityError, match="belongs to another channel"):
-        with transaction.atomic():
-            Channel.objects.create(id=taken, queue=Q, name="elsewhere")
+    with pytest.raises(IntegrityError, match="belongs to another channel"), transaction.atomic():
+        Channel.objects.create(id=taken, queue=Q, name="elsewhere")
     assert len(_channels()) == 2 and _keys() == _channels()
     assert _problems() == []
 
