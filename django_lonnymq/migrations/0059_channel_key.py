@@ -25,7 +25,38 @@ REPLACED = (
     "lonnymq_check_v2",
 )
 
+# The functions 0059 runs without JIT by an ALTER (the replaced ones by their new bodies).
+WITHOUT_JIT = (
+    "lonnymq_mark_v1",
+    "lonnymq_mark_many_v1",
+    "lonnymq_apply_marks_v1",
+    "lonnymq_hold_channels_v1",
+    "lonnymq_check_costs_v1",
+    "lonnymq_check_slots_v1",
+    "lonnymq_enqueue_v4",
+    "lonnymq_enqueue_task_keyed_v1",
+    "lonnymq_next_due_v1",
+    "lonnymq_give_back_slots_v2",
+    "lonnymq_give_back_queue_slots_v2",
+    "lonnymq_reap_v1",
+    "lonnymq_requeue_dead_v1",
+    "lonnymq_lift_holds_v1",
+    "lonnymq_run_now_v1",
+    "lonnymq_configure_channel_v3",
+    "lonnymq_delete_plan_v1",
+    "lonnymq_configure_channel_v4",
+    "lonnymq_configure_queue_v1",
+    "lonnymq_delete_channel_v1",
+    "lonnymq_prune_channels_v1",
+    "lonnymq_check_limits_v2",
+    "lonnymq_emit_event_v1",
+    "lonnymq_consume_v1",
+    "lonnymq_order_channel_v1",
+    "lonnymq_unblock_channel_v1",
+)
+
 REVERSE_TABLES = """
+ALTER TABLE lonnymq_channel ALTER COLUMN id RESET (n_distinct);
 DROP TRIGGER lonnymq_channel_truncated ON lonnymq_channel;
 DROP TRIGGER lonnymq_channel_gone ON lonnymq_channel;
 DROP TRIGGER lonnymq_channel_key ON lonnymq_channel;
@@ -52,6 +83,7 @@ class Migration(migrations.Migration):
             sql=sql.migration("0059_channel_key"),
             reverse_sql=PIN_SEARCH_PATH
             + sql.restore_previous("0059_channel_key", *REPLACED)
+            + "".join(f"\nALTER FUNCTION {name} RESET jit;" for name in WITHOUT_JIT)
             + REVERSE_TABLES,
         ),
     ]

@@ -260,16 +260,22 @@ SELECT w.queue FROM lonnymq_wake w
  ORDER BY 1
 
 -- name: pending
--- Burst workers stop when their queues hold nothing ready now and nothing in flight.
-SELECT EXISTS (
+-- Burst workers stop when their queues hold nothing ready now and nothing in flight. A burst
+-- worker asks after each empty fetch, most often while the others still hold leases: the
+-- leases first, from the latest (under a held snapshot the lease index keeps an entry for
+-- every lease taken since, all of them earlier), each joined to its channel's key (one row
+-- version, where the channel row has one per visit); the ready messages only when none is
+-- in flight.
+-- (A scalar subquery: PostgreSQL drops the ORDER BY of an EXISTS.)
+SELECT (SELECT 1 FROM lonnymq_message m JOIN lonnymq_channel_key k ON k.id = m.channel_id
+         WHERE m.lease_until IS NOT NULL AND k.queue = ANY (%(queues)s::text[])
+         ORDER BY m.lease_until DESC LIMIT 1) IS NOT NULL
+       OR EXISTS (
            SELECT 1 FROM lonnymq_channel c
             WHERE c.queue = ANY (%(queues)s::text[]) AND NOT c.paused
               AND EXISTS (SELECT 1 FROM lonnymq_message m
                            WHERE m.channel_id = c.id AND m.lease_until IS NULL
                              AND m.dequeue_at <= lonnymq_now_ms_v1()))
-       OR EXISTS (
-           SELECT 1 FROM lonnymq_message m JOIN lonnymq_channel c ON c.id = m.channel_id
-            WHERE m.lease_until IS NOT NULL AND c.queue = ANY (%(queues)s::text[]))
 
 -- name: worker_beat
 -- A worker's heartbeat row (django_lonnymq/workers.py); returns the name it holds.

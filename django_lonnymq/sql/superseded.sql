@@ -438,6 +438,7 @@ BEGIN
     -- enqueue into this channel is in flight"). The lookup is a join: "name = ANY (array)"
     -- would, in the generic plan, test every channel of the queue against the whole batch.
     -- Their keys first (lonnymq_channel_key, since 0059): the key decides who creates a channel.
+    PERFORM pg_catalog.set_config('lonnymq.channel_keys', 'written', true);
     WITH created AS (
         INSERT INTO lonnymq_channel_key (queue, name)
         SELECT DISTINCT p_queue, u.name FROM pg_catalog.unnest(p_channels) AS u(name)
@@ -447,6 +448,7 @@ BEGIN
         RETURNING id, queue, name
     )
     INSERT INTO lonnymq_channel (id, queue, name) SELECT n.id, n.queue, n.name FROM created n ORDER BY n.name;
+    PERFORM pg_catalog.set_config('lonnymq.channel_keys', '', true);
     SELECT pg_catalog.array_agg(c.id ORDER BY c.id) FILTER (WHERE c.id IS NOT NULL),
            pg_catalog.array_agg(c.name ORDER BY c.id) FILTER (WHERE c.id IS NOT NULL),
            pg_catalog.count(*) - pg_catalog.count(c.id)
@@ -1353,6 +1355,7 @@ BEGIN
     -- enqueue into this channel is in flight"). The lookup is a join: "name = ANY (array)"
     -- would, in the generic plan, test every channel of the queue against the whole batch.
     -- Their keys first (lonnymq_channel_key, since 0059): the key decides who creates a channel.
+    PERFORM pg_catalog.set_config('lonnymq.channel_keys', 'written', true);
     WITH created AS (
         INSERT INTO lonnymq_channel_key (queue, name)
         SELECT DISTINCT p_queue, u.name FROM pg_catalog.unnest(p_channels) AS u(name)
@@ -1362,6 +1365,7 @@ BEGIN
         RETURNING id, queue, name
     )
     INSERT INTO lonnymq_channel (id, queue, name) SELECT n.id, n.queue, n.name FROM created n ORDER BY n.name;
+    PERFORM pg_catalog.set_config('lonnymq.channel_keys', '', true);
     SELECT pg_catalog.array_agg(c.id ORDER BY c.id) FILTER (WHERE c.id IS NOT NULL),
            pg_catalog.array_agg(c.name ORDER BY c.id) FILTER (WHERE c.id IS NOT NULL),
            pg_catalog.count(*) - pg_catalog.count(c.id)

@@ -136,7 +136,7 @@ RELEASED = {
     "0056_dequeue_past_held_versions.up.sql": "2cfdf82555f88f18e91e33e055de34842a5b4b6c890742e65ed131b9bc9f2d43",
     "0057_head_after_the_leased.up.sql": "d70881d44039d3075e51f70bbb00cd58308b3cc662b89c44e32f25f99facbc43",
     "0058_ready_scan_after_the_taken.up.sql": "fb12c27c25d795e3f214ce5124fd02d45df2c19dc2ad390d1fd5a66c138150f8",
-    "0059_channel_key.up.sql": "7ac89f0870025d5f4c376668a13a72750eed133b8de089223d12bfe5bf5ba89c",
+    "0059_channel_key.up.sql": "b31bf1e7ecaed8eba3cdfe8388182078d11a57d1e1088adab994d226fe531de1",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

@@ -27,6 +27,7 @@ ALTER TABLE lonnymq_channel DROP CONSTRAINT lonnymq_channel_queue_name_uniq,
                             DROP CONSTRAINT lonnymq_channel_pkey;
 CREATE INDEX lonnymq_channel_id_idx ON lonnymq_channel (id);
 CREATE INDEX lonnymq_channel_queue_name_idx ON lonnymq_channel (queue, name);
+ALTER TABLE lonnymq_channel ALTER COLUMN id SET (n_distinct = -1);
 
 CREATE FUNCTION lonnymq_channel_key_v1() RETURNS trigger
 LANGUAGE plpgsql
@@ -58,7 +59,8 @@ BEGIN
 END
 $$;
 CREATE TRIGGER lonnymq_channel_key BEFORE INSERT ON lonnymq_channel
-    FOR EACH ROW EXECUTE FUNCTION lonnymq_channel_key_v1();
+    FOR EACH ROW WHEN (pg_catalog.current_setting('lonnymq.channel_keys', true) IS DISTINCT FROM 'written')
+    EXECUTE FUNCTION lonnymq_channel_key_v1();
 CREATE TRIGGER lonnymq_channel_gone AFTER DELETE ON lonnymq_channel
     REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION lonnymq_channel_gone_v1();
 CREATE TRIGGER lonnymq_channel_truncated AFTER TRUNCATE ON lonnymq_channel
@@ -67,6 +69,7 @@ CREATE TRIGGER lonnymq_channel_truncated AFTER TRUNCATE ON lonnymq_channel
 CREATE OR REPLACE FUNCTION lonnymq_channel_id_v1(p_queue text, p_channel text) RETURNS bigint
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
+SET jit = off
 AS $$
 DECLARE
     v_id bigint;
@@ -79,7 +82,9 @@ BEGIN
             ON CONFLICT (queue, name) DO NOTHING
             RETURNING id INTO v_id;
         IF v_id IS NOT NULL THEN
+            PERFORM pg_catalog.set_config('lonnymq.channel_keys', 'written', true);
             INSERT INTO lonnymq_channel (id, queue, name) VALUES (v_id, p_queue, p_channel);
+            PERFORM pg_catalog.set_config('lonnymq.channel_keys', '', true);
         ELSE
             SELECT k.id INTO v_id FROM lonnymq_channel_key k WHERE k.queue = p_queue AND k.name = p_channel;
         END IF;
@@ -109,6 +114,7 @@ CREATE OR REPLACE FUNCTION lonnymq_enqueue_many_v4(
 ) RETURNS bigint[]
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
+SET jit = off
 AS $$
 DECLARE
     v_now            bigint := lonnymq_now_ms_v1();
@@ -238,7 +244,9 @@ BEGIN
     -- Missing channels in name order, then every channel's shared lock in id order ("an
     -- enqueue into this channel is in flight"). The lookup is a join: "name = ANY (array)"
     -- would, in the generic plan, test every channel of the queue against the whole batch.
-    -- Their keys first (lonnymq_channel_key): the key decides who creates a channel.
+    -- Their keys first (lonnymq_channel_key): the key decides who creates a channel. The
+    -- setting tells the key's trigger that they are written (lonnymq_channel_key_v1).
+    PERFORM pg_catalog.set_config('lonnymq.channel_keys', 'written', true);
     WITH created AS (
         INSERT INTO lonnymq_channel_key (queue, name)
         SELECT DISTINCT p_queue, u.name FROM pg_catalog.unnest(p_channels) AS u(name)
@@ -248,6 +256,7 @@ BEGIN
         RETURNING id, queue, name
     )
     INSERT INTO lonnymq_channel (id, queue, name) SELECT n.id, n.queue, n.name FROM created n ORDER BY n.name;
+    PERFORM pg_catalog.set_config('lonnymq.channel_keys', '', true);
     SELECT pg_catalog.array_agg(c.id ORDER BY c.id) FILTER (WHERE c.id IS NOT NULL),
            pg_catalog.array_agg(c.name ORDER BY c.id) FILTER (WHERE c.id IS NOT NULL),
            pg_catalog.count(*) - pg_catalog.count(c.id)
@@ -404,6 +413,7 @@ CREATE OR REPLACE FUNCTION lonnymq_check_v2(p_grace_ms bigint DEFAULT 1000)
 RETURNS TABLE (channel_id bigint, queue text, channel text, problem text, detail text)
 LANGUAGE plpgsql VOLATILE
 SET search_path FROM CURRENT
+SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -585,6 +595,7 @@ BEGIN
     -- enqueue into this channel is in flight"). The lookup is a join: "name = ANY (array)"
     -- would, in the generic plan, test every channel of the queue against the whole batch.
     -- Their keys first (lonnymq_channel_key, since 0059): the key decides who creates a channel.
+    PERFORM pg_catalog.set_config('lonnymq.channel_keys', 'written', true);
     WITH created AS (
         INSERT INTO lonnymq_channel_key (queue, name)
         SELECT DISTINCT p_queue, u.name FROM pg_catalog.unnest(p_channels) AS u(name)
@@ -594,6 +605,7 @@ BEGIN
         RETURNING id, queue, name
     )
     INSERT INTO lonnymq_channel (id, queue, name) SELECT n.id, n.queue, n.name FROM created n ORDER BY n.name;
+    PERFORM pg_catalog.set_config('lonnymq.channel_keys', '', true);
     SELECT pg_catalog.array_agg(c.id ORDER BY c.id) FILTER (WHERE c.id IS NOT NULL),
            pg_catalog.array_agg(c.name ORDER BY c.id) FILTER (WHERE c.id IS NOT NULL),
            pg_catalog.count(*) - pg_catalog.count(c.id)
@@ -813,6 +825,7 @@ BEGIN
     -- enqueue into this channel is in flight"). The lookup is a join: "name = ANY (array)"
     -- would, in the generic plan, test every channel of the queue against the whole batch.
     -- Their keys first (lonnymq_channel_key, since 0059): the key decides who creates a channel.
+    PERFORM pg_catalog.set_config('lonnymq.channel_keys', 'written', true);
     WITH created AS (
         INSERT INTO lonnymq_channel_key (queue, name)
         SELECT DISTINCT p_queue, u.name FROM pg_catalog.unnest(p_channels) AS u(name)
@@ -822,6 +835,7 @@ BEGIN
         RETURNING id, queue, name
     )
     INSERT INTO lonnymq_channel (id, queue, name) SELECT n.id, n.queue, n.name FROM created n ORDER BY n.name;
+    PERFORM pg_catalog.set_config('lonnymq.channel_keys', '', true);
     SELECT pg_catalog.array_agg(c.id ORDER BY c.id) FILTER (WHERE c.id IS NOT NULL),
            pg_catalog.array_agg(c.name ORDER BY c.id) FILTER (WHERE c.id IS NOT NULL),
            pg_catalog.count(*) - pg_catalog.count(c.id)
@@ -949,3 +963,31 @@ BEGIN
     RETURN v_ids;
 END
 $$;
+
+-- The other functions that read channels by id: no JIT (see lonnymq_channel in ../schema.sql).
+ALTER FUNCTION lonnymq_mark_v1 SET jit = off;
+ALTER FUNCTION lonnymq_mark_many_v1 SET jit = off;
+ALTER FUNCTION lonnymq_apply_marks_v1 SET jit = off;
+ALTER FUNCTION lonnymq_hold_channels_v1 SET jit = off;
+ALTER FUNCTION lonnymq_check_costs_v1 SET jit = off;
+ALTER FUNCTION lonnymq_check_slots_v1 SET jit = off;
+ALTER FUNCTION lonnymq_enqueue_v4 SET jit = off;
+ALTER FUNCTION lonnymq_enqueue_task_keyed_v1 SET jit = off;
+ALTER FUNCTION lonnymq_next_due_v1 SET jit = off;
+ALTER FUNCTION lonnymq_give_back_slots_v2 SET jit = off;
+ALTER FUNCTION lonnymq_give_back_queue_slots_v2 SET jit = off;
+ALTER FUNCTION lonnymq_reap_v1 SET jit = off;
+ALTER FUNCTION lonnymq_requeue_dead_v1 SET jit = off;
+ALTER FUNCTION lonnymq_lift_holds_v1 SET jit = off;
+ALTER FUNCTION lonnymq_run_now_v1 SET jit = off;
+ALTER FUNCTION lonnymq_configure_channel_v3 SET jit = off;
+ALTER FUNCTION lonnymq_delete_plan_v1 SET jit = off;
+ALTER FUNCTION lonnymq_configure_channel_v4 SET jit = off;
+ALTER FUNCTION lonnymq_configure_queue_v1 SET jit = off;
+ALTER FUNCTION lonnymq_delete_channel_v1 SET jit = off;
+ALTER FUNCTION lonnymq_prune_channels_v1 SET jit = off;
+ALTER FUNCTION lonnymq_check_limits_v2 SET jit = off;
+ALTER FUNCTION lonnymq_emit_event_v1 SET jit = off;
+ALTER FUNCTION lonnymq_consume_v1 SET jit = off;
+ALTER FUNCTION lonnymq_order_channel_v1 SET jit = off;
+ALTER FUNCTION lonnymq_unblock_channel_v1 SET jit = off;
