@@ -1971,7 +1971,16 @@ DECLARE
     v_after_at bigint[];
     v_after_id bigint[];
     v_read     bigint;
+    v_mark_state text;
+    v_from     bigint;
 BEGIN
+    -- Where the scan of the eligible index starts: at the mark of this session's calls of
+    -- lonnymq_dequeue_v1 while it holds (the entries in front of it are the versions a held
+    -- snapshot keeps), else at the front.
+    v_mark_state := coalesce(pg_catalog.current_setting('lonnymq.eligible_from_' || pg_catalog.md5(p_queue), true), '');
+    IF v_mark_state <> '' AND p_now < pg_catalog.split_part(v_mark_state, ' ', 1)::bigint THEN
+        v_from := pg_catalog.split_part(v_mark_state, ' ', 2)::bigint;
+    END IF;
     -- Due channels without limits, in round-robin order, read without a lock: due by their
     -- turn, or by a committed wake-up mark that another dequeuer is applying right now.
     SELECT pg_catalog.array_agg(d.id ORDER BY d.at, d.turn) INTO v_seen
@@ -1979,6 +1988,7 @@ BEGIN
               FROM ((SELECT c.id, c.next_dequeue_at AS at, c.turn FROM lonnymq_channel c
                       WHERE c.queue = p_queue
                         AND c.next_dequeue_at <= p_now
+                        AND c.next_dequeue_at >= coalesce(v_from, -9223372036854775808)
                         AND c.next_dequeue_at IS NOT NULL
                         AND NOT c.paused
                         AND (c.max_concurrency IS NULL OR c.in_flight + least(c.head_slots, c.max_concurrency) <= c.max_concurrency)
@@ -2334,10 +2344,14 @@ BEGIN
             v_from := NULL;  -- nothing from the mark on: from the front
         END LOOP;
         IF v_from IS NULL THEN
-            -- A scan from the front: what it read decides where the next calls start.
+            -- A scan from the front: what it read decides where the next calls start. One that
+            -- found no channel it could lock (the others' dequeuers hold them) keeps the mark
+            -- it had: it read no turn past which to move it, and the entries in front are there.
             v_read := pg_catalog.pg_stat_get_xact_tuples_returned('lonnymq_channel_eligible_idx'::regclass) - v_read;
             IF v_ch_ids IS NOT NULL AND v_read > 5000 + 10 * pg_catalog.cardinality(v_ch_ids) THEN
                 PERFORM pg_catalog.set_config(v_mark_name, (v_now + least(v_read / 100, 1000)) || ' ' || v_first_at, false);
+            ELSIF v_ch_ids IS NULL AND v_mark IS NOT NULL AND v_read > 5000 THEN
+                PERFORM pg_catalog.set_config(v_mark_name, (v_now + least(v_read / 100, 1000)) || ' ' || v_mark, false);
             ELSIF v_mark_state IS NOT NULL AND v_mark_state <> '' THEN
                 PERFORM pg_catalog.set_config(v_mark_name, '', false);
             END IF;
@@ -2708,13 +2722,29 @@ SET jit = off
 AS $$
     SELECT pg_catalog.min(greatest(x.at, qc.next_token_at)) FROM pg_catalog.unnest(p_queues) AS q(name)
     LEFT JOIN lonnymq_queue_config qc ON qc.queue = q.name
+    -- The mark of this session's dequeues of the queue while it holds (lonnymq_dequeue_v1):
+    -- the earliest turn is looked for from there first, past the entries a held snapshot
+    -- keeps in front of it, and from the front when there is none from there.
     CROSS JOIN LATERAL (
-        (SELECT c.next_dequeue_at AS at FROM lonnymq_channel c
-          WHERE c.queue = q.name
-            AND c.next_dequeue_at IS NOT NULL
-            AND NOT c.paused
-            AND (c.max_concurrency IS NULL OR c.in_flight + least(c.head_slots, c.max_concurrency) <= c.max_concurrency)
-          ORDER BY c.next_dequeue_at LIMIT 1)
+        SELECT CASE WHEN pg_catalog.split_part(s.state, ' ', 1)::bigint > lonnymq_now_ms_v1()
+                    THEN pg_catalog.split_part(s.state, ' ', 2)::bigint END AS mark
+          FROM (SELECT NULLIF(pg_catalog.current_setting('lonnymq.eligible_from_' || pg_catalog.md5(q.name), true), '')
+                       AS state) s
+    ) mk
+    CROSS JOIN LATERAL (
+        SELECT coalesce(
+            (SELECT c.next_dequeue_at FROM lonnymq_channel c
+              WHERE c.queue = q.name
+                AND c.next_dequeue_at >= mk.mark
+                AND NOT c.paused
+                AND (c.max_concurrency IS NULL OR c.in_flight + least(c.head_slots, c.max_concurrency) <= c.max_concurrency)
+              ORDER BY c.next_dequeue_at LIMIT 1),
+            (SELECT c.next_dequeue_at FROM lonnymq_channel c
+              WHERE c.queue = q.name
+                AND c.next_dequeue_at IS NOT NULL
+                AND NOT c.paused
+                AND (c.max_concurrency IS NULL OR c.in_flight + least(c.head_slots, c.max_concurrency) <= c.max_concurrency)
+              ORDER BY c.next_dequeue_at LIMIT 1)) AS at
         UNION ALL
         -- A producer's committed mark: the next dequeue applies it.
         (SELECT w.dequeue_at FROM lonnymq_wake w WHERE w.queue = q.name ORDER BY w.dequeue_at LIMIT 1)
