@@ -90,6 +90,8 @@ def reset(conn: psycopg.Connection[Any]) -> None:
     )
     if conn.execute("SELECT to_regclass('lonnymq_release_count')").fetchone()[0]:  # since migration 0007
         conn.execute("TRUNCATE lonnymq_release_count")
+    if conn.execute("SELECT to_regclass('lonnymq_eligible_mark')").fetchone()[0]:  # since migration 0061
+        conn.execute("TRUNCATE lonnymq_eligible_mark")
 
 
 def worker_env(url: str, root: Path = ROOT, **extra: str) -> dict[str, str]:

@@ -44,7 +44,13 @@ def test_database_url() -> str:
 
 
 # Tables no Django model owns: a TransactionTestCase-style flush leaves their rows behind.
-UNOWNED_TABLES = ("lonnymq_wake", "lonnymq_release_count", "lonnymq_trace", "lonnymq_queue_released")
+UNOWNED_TABLES = (
+    "lonnymq_wake",
+    "lonnymq_release_count",
+    "lonnymq_trace",
+    "lonnymq_queue_released",
+    "lonnymq_eligible_mark",
+)
 
 
 def _empty_unowned_tables() -> None:

@@ -417,6 +417,19 @@ CREATE TABLE lonnymq_queue_released (
     CONSTRAINT lonnymq_queue_released_nonnegative CHECK (released >= 0)
 );
 
+-- Where the dequeues of a queue start their scans of the eligible index while a held
+-- snapshot fills its front with the versions of every channel row written since (the mark of
+-- lonnymq_dequeue_v1, shared by the queue's sessions): the time of the next scan from the
+-- front and the mark the last one found. Written at most once per scan from the front that
+-- read many entries, by the session holding the queue's advisory lock
+-- (lonnymq_mark_lock_ns_v1); deleted when such a scan reads few again. Empty while nothing
+-- holds the horizon back.
+CREATE TABLE lonnymq_eligible_mark (
+    queue     text   PRIMARY KEY,
+    front_at  bigint NOT NULL,
+    mark      bigint NOT NULL
+);
+
 -- Dashboard history: one row per queue each time someone records a sample.
 -- Written by `manage.py lonnymq_stats --record` (cron, or --interval), pruned by the same
 -- call. The dashboard charts these; it never writes them itself.
@@ -583,6 +596,13 @@ CREATE FUNCTION lonnymq_stripe_key_v1(p_channel_id bigint) RETURNS integer
 LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$ SELECT (p_channel_id % 1024::bigint)::integer $$;
+
+-- A fifth namespace, for a queue's shared eligible mark (lonnymq_eligible_mark): the one
+-- dequeuer that holds it (keyed by the queue name's hashtext) scans from the front and writes.
+CREATE FUNCTION lonnymq_mark_lock_ns_v1() RETURNS integer
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT 1280135477 $$;
 
 -- A producer's shared advisory locks, held until its transaction ends, so that no dequeuer
 -- parks a channel it is about to write ready work into: one per channel for the first 64
@@ -2202,6 +2222,10 @@ DECLARE
     v_taken_at    bigint[];
     v_taken_id    bigint[];
     v_ready_read  bigint;
+    v_shared_at   bigint;
+    v_shared_mark bigint;
+    v_publish     boolean := false;
+    v_unpublish   boolean := false;
 BEGIN
     IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'dequeue needs READ COMMITTED, the session runs %', pg_catalog.current_setting('transaction_isolation')
@@ -2224,11 +2248,27 @@ BEGIN
     -- (1 ms per 100 entries it read, at most a second) or when the mark finds no channel. A
     -- channel whose turn lies before the mark (a priority's wake-up, a cap's slot given back)
     -- waits for that scan meanwhile; with a clean index every call scans from the front.
+    -- A session whose mark is due for that scan shares it with the queue's other sessions
+    -- (lonnymq_eligible_mark): it takes the mark another one wrote after its own scan from the
+    -- front, while that holds; else the one session that gets the queue's advisory lock scans
+    -- and writes what it found, and the others start at their own marks meanwhile. So the
+    -- queue's sessions scan from the front about once a second between them, not each.
     v_mark_name := 'lonnymq.eligible_from_' || pg_catalog.md5(p_queue);
     v_mark_state := pg_catalog.current_setting(v_mark_name, true);
     IF v_mark_state IS NOT NULL AND v_mark_state <> '' THEN
         v_front_at := pg_catalog.split_part(v_mark_state, ' ', 1)::bigint;
         v_mark := pg_catalog.split_part(v_mark_state, ' ', 2)::bigint;
+        IF v_now >= v_front_at THEN
+            SELECT em.front_at, em.mark INTO v_shared_at, v_shared_mark
+              FROM lonnymq_eligible_mark em WHERE em.queue = p_queue;
+            IF v_shared_at > v_now THEN
+                v_front_at := v_shared_at;
+                v_mark := greatest(v_mark, v_shared_mark);
+            ELSIF NOT pg_catalog.pg_try_advisory_xact_lock(lonnymq_mark_lock_ns_v1(), pg_catalog.hashtext(p_queue)) THEN
+                -- Another session scans from the front now: this call starts at the mark.
+                v_front_at := v_now + 1;
+            END IF;
+        END IF;
     END IF;
     v_from := CASE WHEN v_now < v_front_at THEN v_mark END;
     -- The same for the ready index, where each channel's range starts with an entry for every
@@ -2349,11 +2389,15 @@ BEGIN
             -- it had: it read no turn past which to move it, and the entries in front are there.
             v_read := pg_catalog.pg_stat_get_xact_tuples_returned('lonnymq_channel_eligible_idx'::regclass) - v_read;
             IF v_ch_ids IS NOT NULL AND v_read > 5000 + 10 * pg_catalog.cardinality(v_ch_ids) THEN
-                PERFORM pg_catalog.set_config(v_mark_name, (v_now + least(v_read / 100, 1000)) || ' ' || v_first_at, false);
+                v_front_at := v_now + least(v_read / 100, 1000);
+                v_mark := v_first_at;
+                PERFORM pg_catalog.set_config(v_mark_name, v_front_at || ' ' || v_mark, false);
+                v_publish := true;
             ELSIF v_ch_ids IS NULL AND v_mark IS NOT NULL AND v_read > 5000 THEN
                 PERFORM pg_catalog.set_config(v_mark_name, (v_now + least(v_read / 100, 1000)) || ' ' || v_mark, false);
             ELSIF v_mark_state IS NOT NULL AND v_mark_state <> '' THEN
                 PERFORM pg_catalog.set_config(v_mark_name, '', false);
+                v_unpublish := v_shared_at IS NOT NULL;
             END IF;
         ELSE
             PERFORM pg_catalog.set_config(v_mark_name, v_front_at || ' ' || v_first_at, false);
@@ -2362,6 +2406,18 @@ BEGIN
         v_ch_ids := NULL;
     END;
     PERFORM pg_catalog.set_config('lock_timeout', v_lock_timeout, true);
+    -- What a scan from the front found, for the queue's other sessions: written by the one
+    -- that holds the queue's advisory lock (so no writer waits for another), at most once
+    -- per such scan; the row goes when a scan from the front reads few entries again.
+    IF (v_publish OR v_unpublish)
+       AND pg_catalog.pg_try_advisory_xact_lock(lonnymq_mark_lock_ns_v1(), pg_catalog.hashtext(p_queue)) THEN
+        IF v_publish THEN
+            INSERT INTO lonnymq_eligible_mark AS em (queue, front_at, mark) VALUES (p_queue, v_front_at, v_mark)
+                ON CONFLICT (queue) DO UPDATE SET front_at = excluded.front_at, mark = excluded.mark;
+        ELSE
+            DELETE FROM lonnymq_eligible_mark em WHERE em.queue = p_queue;
+        END IF;
+    END IF;
     v_n := coalesce(pg_catalog.cardinality(v_ch_ids), 0);
     IF v_n = 0 AND (NOT v_q_known OR v_qc.queue IS NOT NULL) THEN
         -- A queue-wide limit (or a queue row this call could not read in time): no lease

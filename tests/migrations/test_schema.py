@@ -138,6 +138,7 @@ RELEASED = {
     "0058_ready_scan_after_the_taken.up.sql": "fb12c27c25d795e3f214ce5124fd02d45df2c19dc2ad390d1fd5a66c138150f8",
     "0059_channel_key.up.sql": "b31bf1e7ecaed8eba3cdfe8388182078d11a57d1e1088adab994d226fe531de1",
     "0060_held_calls_from_the_mark.up.sql": "7ab8d34d2fa7294f5ffd4f4f541f4df44c7567fc3cf1a12f3828a3d3102011a0",
+    "0061_eligible_mark_shared.up.sql": "ee23de866ae5e8de8dc0fad08bb6187941e1de81a0e46e846aab34a5c57a554c",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

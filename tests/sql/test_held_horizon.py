@@ -83,8 +83,10 @@ class Dequeuer:
         self._set_state(f"{now + 60_000} {mark}")
 
     def scan_from_front_next(self) -> None:
+        """The session's mark and the queue's shared one both due for a scan from the front."""
         state = self.state()
         assert state is not None
+        self.conn.execute("UPDATE lonnymq_eligible_mark SET front_at = 0 WHERE queue = %s", [Q])
         self._set_state(f"0 {state[1]}")
 
     def state(self) -> tuple[int, int] | None:
@@ -335,3 +337,127 @@ def test_after_the_taken_an_ordered_channel_keeps_its_order_and_a_lease_given_ba
     assert f2 in order and f1 in order and order.index(f2) < order.index(f1), order
     assert _ready_state(conn) is not None, "the calls above started after the taken"
     _set_ready_state(conn, "")
+
+
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
+def test_while_the_mark_holds_the_held_path_and_next_due_start_there_and_a_locked_queue_keeps_it(
+    connect: Any,
+) -> None:
+    """Migration 0060: the session's other reads of the eligible index (the dequeue of due
+    channels another session holds, the earliest turn an idle worker sleeps until) start at
+    its mark too; and a scan from the front that finds every due channel held keeps the mark,
+    so the next call does not read the front again."""
+    setup, holder, other, conn = connect(), connect(), connect(autocommit=False), connect(autocommit=False)
+    _fill(setup)
+    holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    holder.execute("SELECT 1")  # the snapshot: VACUUM can remove nothing written after it
+    worker = Dequeuer(conn)
+    while worker.state() is None:
+        got, _, _ = worker.call()
+        assert got, "the backlog ran out before the dequeue scanned from a mark"
+    _, mark = worker.state() or (0, 0)
+
+    def next_due_read() -> tuple[int, int]:
+        before = int(scalar(ENTRIES_READ, conn=conn))
+        due = int(scalar("SELECT lonnymq_next_due_v1(ARRAY[%s])", [Q], conn=conn))
+        read = int(scalar(ENTRIES_READ, conn=conn)) - before
+        conn.commit()
+        return due, read
+
+    def held_read() -> tuple[int, int]:
+        before = int(scalar(ENTRIES_READ, conn=conn))
+        leased = rows(
+            "SELECT * FROM lonnymq_dequeue_held_v1(%s, 100, lonnymq_now_ms_v1(), 30000, 'test', gen_random_uuid())",
+            [Q],
+            conn=conn,
+        )
+        read = int(scalar(ENTRIES_READ, conn=conn)) - before
+        conn.rollback()  # nothing leased stays
+        return len(leased), read
+
+    worker.hold_mark(mark)
+    due_from_mark, next_due_from_mark = next_due_read()
+    held_from_mark = held_read()
+    worker._set_state("")
+    due_from_front, next_due_from_front = next_due_read()
+    held_from_front = held_read()
+    # The same earliest turn (no channel's turn lies before the mark), past the held entries.
+    assert due_from_mark == due_from_front
+    assert next_due_from_front > 5000 and next_due_from_mark * 5 < next_due_from_front
+    assert held_from_mark[0] == held_from_front[0] == 100
+    assert held_from_front[1] > 5000 and held_from_mark[1] * 5 < held_from_front[1]
+    # Nothing due from the mark (a mark past every turn): next_due looks from the front.
+    worker.hold_mark(int(scalar("SELECT lonnymq_now_ms_v1()", conn=setup)) + 10**9)
+    assert next_due_read()[0] == due_from_front
+
+    # Every channel held by another session: a call from the mark finds none, and its scan
+    # from the front none it can lock; the mark stays (the held path serves the call).
+    worker.hold_mark(mark)
+    worker.scan_from_front_next()
+    other.execute("SELECT 1 FROM lonnymq_channel WHERE queue = %s FOR NO KEY UPDATE", [Q])
+    got, read, now = worker.call()
+    assert read > 5000, "the call scanned from the front"
+    state = worker.state()
+    assert state is not None and state[1] == mark and state[0] > now, state
+    other.rollback()
+    assert len(got) == 100, "the held path served the call"
+    holder.execute("COMMIT")
+
+
+SHARED = "SELECT front_at, mark FROM lonnymq_eligible_mark WHERE queue = %s"
+MARK_LOCK = "SELECT pg_advisory_lock(lonnymq_mark_lock_ns_v1(), hashtext(%s))"
+
+
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
+def test_the_queue_s_sessions_share_the_scan_from_the_front(connect: Any) -> None:
+    """Migration 0061: a session whose mark is due for a scan from the front takes the mark
+    another session wrote after its own scan, while that holds; else the one session that gets
+    the queue's advisory lock scans and writes, and the others start at their marks meanwhile."""
+    setup, holder, locker = connect(), connect(), connect()
+    a, b = Dequeuer(connect(autocommit=False)), Dequeuer(connect(autocommit=False))
+    _fill(setup)
+    holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    holder.execute("SELECT 1")  # the snapshot: VACUUM can remove nothing written after it
+
+    # A's scans from the front read more and more, until one writes its mark for the queue.
+    while a.state() is None:
+        got, _, _ = a.call()
+        assert got, "the backlog ran out before the dequeue scanned from a mark"
+    shared = rows(SHARED, [Q], conn=setup)
+    assert [(r["front_at"], r["mark"]) for r in shared] == [a.state()]
+
+    # B's own mark is due: it takes A's (and its time) instead of scanning from the front.
+    b._set_state(f"0 {shared[0]['mark'] - 1}")
+    got, read, now = b.call()
+    assert len(got) == 100 and read < 5000, read
+    state = b.state()
+    assert state is not None and state[0] == shared[0]["front_at"] > now
+
+    # The queue's mark is due too, and another session holds the queue's lock (it scans from
+    # the front now): B starts at its own mark and writes nothing.
+    setup.execute("UPDATE lonnymq_eligible_mark SET front_at = 0 WHERE queue = %s", [Q])
+    locker.execute(MARK_LOCK, [Q])
+    b._set_state(f"0 {state[1]}")
+    got, read, now = b.call()
+    assert len(got) == 100 and read < 5000, read
+    assert rows(SHARED, [Q], conn=setup)[0]["front_at"] == 0
+    # The lock is free: B is the one that scans from the front, and writes what it found.
+    locker.execute("SELECT pg_advisory_unlock_all()")
+    b._set_state(f"0 {state[1]}")
+    got, read, now = b.call()
+    assert len(got) == 100 and read > 5000, read
+    assert [(r["front_at"], r["mark"]) for r in rows(SHARED, [Q], conn=setup)] == [b.state()]
+
+    # The snapshot ends and VACUUM removes the dead entries: the next scan from the front reads
+    # few, and the queue's mark goes with the session's.
+    holder.execute("COMMIT")
+    setup.execute("VACUUM lonnymq_channel")
+    b.scan_from_front_next()
+    got, read, _ = b.call()
+    assert got and read <= 5000 + 10 * 100
+    assert b.state() is None and rows(SHARED, [Q], conn=setup) == []
+    # Every message once, across both sessions.
+    while a.call()[0] or b.call()[0]:
+        pass
+    assert sorted(a.delivered + b.delivered) == sorted(set(a.delivered + b.delivered))
+    assert rows("SELECT * FROM lonnymq_check_v2(0)", conn=setup) == []
