@@ -92,6 +92,8 @@ def reset(conn: psycopg.Connection[Any]) -> None:
         conn.execute("TRUNCATE lonnymq_release_count")
     if conn.execute("SELECT to_regclass('lonnymq_eligible_mark')").fetchone()[0]:  # since migration 0061
         conn.execute("TRUNCATE lonnymq_eligible_mark")
+    if conn.execute("SELECT to_regclass('lonnymq_ready_mark')").fetchone()[0]:  # since migration 0062
+        conn.execute("TRUNCATE lonnymq_ready_mark")
 
 
 def worker_env(url: str, root: Path = ROOT, **extra: str) -> dict[str, str]:

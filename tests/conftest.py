@@ -50,6 +50,7 @@ UNOWNED_TABLES = (
     "lonnymq_trace",
     "lonnymq_queue_released",
     "lonnymq_eligible_mark",
+    "lonnymq_ready_mark",
 )
 
 

@@ -430,6 +430,15 @@ CREATE TABLE lonnymq_eligible_mark (
     mark      bigint NOT NULL
 );
 
+-- The same for the ready index (lonnymq_ready_from_v1): until when the candidate scans of a
+-- queue's dequeues start after the last message taken from each channel, written by the
+-- session holding the queue's advisory lock (lonnymq_ready_lock_ns_v1) after its scan from the
+-- front, deleted when such a scan reads few entries again.
+CREATE TABLE lonnymq_ready_mark (
+    queue  text   PRIMARY KEY,
+    until  bigint NOT NULL
+);
+
 -- Dashboard history: one row per queue each time someone records a sample.
 -- Written by `manage.py lonnymq_stats --record` (cron, or --interval), pruned by the same
 -- call. The dashboard charts these; it never writes them itself.
@@ -603,6 +612,13 @@ CREATE FUNCTION lonnymq_mark_lock_ns_v1() RETURNS integer
 LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$ SELECT 1280135477 $$;
+
+-- A sixth, for the time until which a queue's candidate scans start after the taken
+-- (lonnymq_ready_mark): the one dequeuer that holds it scans from the front and writes.
+CREATE FUNCTION lonnymq_ready_lock_ns_v1() RETURNS integer
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT 1280135478 $$;
 
 -- A producer's shared advisory locks, held until its transaction ends, so that no dequeuer
 -- parks a channel it is about to write ready work into: one per channel for the first 64
@@ -1919,16 +1935,55 @@ $$;
 -- began, which no VACUUM removes and no scan can mark dead), and the session's scans start
 -- after the last message a dequeue took from each channel until p_now plus 1 ms per 10
 -- entries read (at most a second), then from the front again; read fewer, and every scan is
--- from the front. The state is a session setting, as the eligible scan's mark is.
+-- from the front. The state is a session setting, as the eligible scan's mark is, and since
+-- 0062 the queue's other sessions share it (lonnymq_ready_mark, lonnymq_ready_after_v1): the
+-- session holding the queue's advisory lock writes the time, or deletes it once it is cleared.
 CREATE FUNCTION lonnymq_ready_from_v1(p_queue text, p_now bigint, p_read bigint, p_taken integer) RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
+DECLARE
+    v_name  text := 'lonnymq.ready_from_' || pg_catalog.md5(p_queue);
+    v_was   text := coalesce(pg_catalog.current_setting(v_name, true), '');
+    v_until bigint := CASE WHEN p_read > 1000 + 2 * p_taken::bigint THEN p_now + least(p_read / 10, 1000) END;
 BEGIN
-    PERFORM pg_catalog.set_config('lonnymq.ready_from_' || pg_catalog.md5(p_queue),
-                                  CASE WHEN p_read > 1000 + 2 * p_taken::bigint
-                                       THEN (p_now + least(p_read / 10, 1000))::text ELSE '' END,
-                                  false);
+    PERFORM pg_catalog.set_config(v_name, coalesce(v_until::text, ''), false);
+    IF (v_until IS NOT NULL OR v_was <> '')
+       AND pg_catalog.pg_try_advisory_xact_lock(lonnymq_ready_lock_ns_v1(), pg_catalog.hashtext(p_queue)) THEN
+        IF v_until IS NOT NULL THEN
+            INSERT INTO lonnymq_ready_mark AS rm (queue, until) VALUES (p_queue, v_until)
+                ON CONFLICT (queue) DO UPDATE SET until = excluded.until;
+        ELSE
+            DELETE FROM lonnymq_ready_mark rm WHERE rm.queue = p_queue;
+        END IF;
+    END IF;
+END
+$$;
+
+-- Whether this call's candidate scans of a queue start after the last message taken from
+-- each channel (p_state: the session's setting, lonnymq_ready_from_v1). Until the time it
+-- names, yes; after it, this session is due for a scan from the front, which the queue's
+-- sessions share: while the time another session wrote after its own scan (lonnymq_ready_mark)
+-- is ahead, this session takes it; else the session that gets the queue's advisory lock scans
+-- from the front, and the others start after the taken meanwhile.
+CREATE FUNCTION lonnymq_ready_after_v1(p_queue text, p_now bigint, p_state text) RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_until bigint;
+BEGIN
+    IF p_state = '' THEN
+        RETURN false;
+    ELSIF p_now < p_state::bigint THEN
+        RETURN true;
+    END IF;
+    SELECT rm.until INTO v_until FROM lonnymq_ready_mark rm WHERE rm.queue = p_queue;
+    IF v_until > p_now THEN
+        PERFORM pg_catalog.set_config('lonnymq.ready_from_' || pg_catalog.md5(p_queue), v_until::text, false);
+        RETURN true;
+    END IF;
+    RETURN NOT pg_catalog.pg_try_advisory_xact_lock(lonnymq_ready_lock_ns_v1(), pg_catalog.hashtext(p_queue));
 END
 $$;
 
@@ -2042,7 +2097,7 @@ BEGIN
     -- more entries than they took (the state lonnymq_ready_from_v1 keeps, after a scan from
     -- the front here or there).
     v_state := coalesce(pg_catalog.current_setting('lonnymq.ready_from_' || pg_catalog.md5(p_queue), true), '');
-    v_after := v_state <> '' AND p_now < v_state::bigint;
+    v_after := v_state <> '' AND (p_now < v_state::bigint OR lonnymq_ready_after_v1(p_queue, p_now, v_state));
     SELECT pg_catalog.array_agg(u.id ORDER BY u.ord), pg_catalog.array_agg(c.name ORDER BY u.ord),
            pg_catalog.array_agg(CASE WHEN v_after THEN c.taken_at END ORDER BY u.ord),
            pg_catalog.array_agg(CASE WHEN v_after THEN c.taken_id END ORDER BY u.ord)
@@ -2281,7 +2336,8 @@ BEGIN
     -- from the front (its retried head keeps its place).
     v_ready_name := 'lonnymq.ready_from_' || pg_catalog.md5(p_queue);
     v_ready_state := coalesce(pg_catalog.current_setting(v_ready_name, true), '');
-    v_after := v_ready_state <> '' AND v_now < v_ready_state::bigint;
+    v_after := v_ready_state <> ''
+               AND (v_now < v_ready_state::bigint OR lonnymq_ready_after_v1(p_queue, v_now, v_ready_state));
 
     -- 1. Pick channels whose turn has come, in round-robin order; skip those another
     --    dequeuer holds. NO KEY UPDATE does not conflict with the KEY SHARE locks that

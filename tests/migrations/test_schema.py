@@ -139,6 +139,7 @@ RELEASED = {
     "0059_channel_key.up.sql": "b31bf1e7ecaed8eba3cdfe8388182078d11a57d1e1088adab994d226fe531de1",
     "0060_held_calls_from_the_mark.up.sql": "7ab8d34d2fa7294f5ffd4f4f541f4df44c7567fc3cf1a12f3828a3d3102011a0",
     "0061_eligible_mark_shared.up.sql": "ee23de866ae5e8de8dc0fad08bb6187941e1de81a0e46e846aab34a5c57a554c",
+    "0062_ready_state_shared.up.sql": "950ee460975c340ea279a984fb0eb90aabf9285ec404de1365520e7f493e8471",
 }
 
 MIGRATIONS = sorted({name.split(".")[0] for name in sql.migration_files()})

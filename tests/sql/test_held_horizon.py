@@ -222,6 +222,13 @@ def _set_ready_state(conn: Any, value: str) -> None:
     conn.commit()
 
 
+def _ready_scan_from_front_next(conn: Any) -> None:
+    """The session's time and the queue's shared one (0062) both past: the next candidate
+    scan is from the front."""
+    conn.execute("UPDATE lonnymq_ready_mark SET until = 0 WHERE queue = %s", [Q])
+    _set_ready_state(conn, "0")
+
+
 @pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
 def test_under_a_held_snapshot_candidates_are_read_after_the_last_message_taken(connect: Any) -> None:
     """Each candidate scan from the front of a channel's range reads an entry for every message
@@ -274,7 +281,7 @@ def test_under_a_held_snapshot_candidates_are_read_after_the_last_message_taken(
     late = enqueue_sql(Q, channel="deep", priority=100, priority_step_ms=1000, conn=setup)
     got, _, _ = call()
     assert len(got) == 100 and late not in [r["id"] for r in got]
-    _set_ready_state(conn, "0")
+    _ready_scan_from_front_next(conn)
     got, read, _ = call()
     assert got[0]["id"] == late
     assert read > 1000, "that call scanned from the front"
@@ -284,7 +291,7 @@ def test_under_a_held_snapshot_candidates_are_read_after_the_last_message_taken(
     # from the front reads few, and every scan is from the front again.
     holder.execute("COMMIT")
     setup.execute("VACUUM lonnymq_message")
-    _set_ready_state(conn, "0")
+    _ready_scan_from_front_next(conn)
     got, read, _ = call()
     assert len(got) == 100 and read <= 100 + 10, read
     assert _ready_state(conn) is None, "the state outlived the snapshot"
@@ -460,4 +467,74 @@ def test_the_queue_s_sessions_share_the_scan_from_the_front(connect: Any) -> Non
     while a.call()[0] or b.call()[0]:
         pass
     assert sorted(a.delivered + b.delivered) == sorted(set(a.delivered + b.delivered))
+    assert rows("SELECT * FROM lonnymq_check_v2(0)", conn=setup) == []
+
+
+READY_SHARED = "SELECT until FROM lonnymq_ready_mark WHERE queue = %s"
+READY_LOCK = "SELECT pg_advisory_lock(lonnymq_ready_lock_ns_v1(), hashtext(%s))"
+
+
+@pytest.mark.slow  # over 3 s: make test runs it, make test-fast leaves it out
+def test_the_queue_s_sessions_share_the_candidates_scan_from_the_front(connect: Any) -> None:
+    """Migration 0062: the time until which candidate scans start after the taken is shared as
+    the eligible mark is (0061): a session due for a scan from the front takes the time another
+    wrote after its own, else the one that gets the queue's advisory lock scans and writes."""
+    setup, holder, locker = connect(), connect(), connect()
+    a, b = connect(autocommit=False), connect(autocommit=False)
+    total = 3000
+    named(
+        "enqueue_many", setup, queue=Q, channels=["deep"] * total, payloads=["{}"] * total, run_at_ms=None,
+        delay_ms=None, priorities=None, dedup_keys=None, on_duplicate=None, max_attempts=None,
+        default_max_attempts=5, priority_step_ms=1000, tolerance_ms=50, costs=None, slots=None,
+    )
+    holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    holder.execute("SELECT 1")  # the snapshot: VACUUM can remove nothing written after it
+    delivered: list[int] = []
+
+    def call(conn: Any) -> tuple[int, int, int]:
+        before = int(scalar(READY_ENTRIES_READ, conn=conn))
+        now = int(scalar("SELECT lonnymq_now_ms_v1()", conn=conn))
+        got = dequeue(Q, batch=100, conn=conn)
+        read = int(scalar(READY_ENTRIES_READ, conn=conn)) - before
+        if got:
+            ack(got, conn=conn)
+        conn.commit()
+        delivered.extend(r["id"] for r in got)
+        return len(got), read, now
+
+    while _ready_state(a) is None:
+        assert call(a)[0] == 100, "the backlog ran out before the scans started after the taken"
+    until = int(_ready_state(a) or 0)
+    assert [r["until"] for r in rows(READY_SHARED, [Q], conn=setup)] == [until]
+
+    # B is due for a scan from the front: it takes A's time instead.
+    _set_ready_state(b, "0")
+    got, read, now = call(b)
+    assert got == 100 and read <= 100 + 10, read
+    assert int(_ready_state(b) or 0) == until > now
+
+    # The queue's time has passed too and another session holds the queue's lock: B starts
+    # after the taken and writes nothing; once the lock is free, B scans from the front.
+    setup.execute("UPDATE lonnymq_ready_mark SET until = 0 WHERE queue = %s", [Q])
+    locker.execute(READY_LOCK, [Q])
+    _set_ready_state(b, "0")
+    got, read, _ = call(b)
+    assert got == 100 and read <= 100 + 10, read
+    assert [r["until"] for r in rows(READY_SHARED, [Q], conn=setup)] == [0]
+    locker.execute("SELECT pg_advisory_unlock_all()")
+    got, read, _ = call(b)
+    assert got == 100 and read > 1000, read
+    assert [r["until"] for r in rows(READY_SHARED, [Q], conn=setup)] == [int(_ready_state(b) or 0)]
+
+    # Released and vacuumed: the next scan from the front reads few, and the queue's time goes.
+    holder.execute("COMMIT")
+    setup.execute("VACUUM lonnymq_message")
+    _set_ready_state(b, "0")
+    setup.execute("UPDATE lonnymq_ready_mark SET until = 0 WHERE queue = %s", [Q])
+    got, read, _ = call(b)
+    assert got == 100 and read <= 100 + 10, read
+    assert _ready_state(b) is None and rows(READY_SHARED, [Q], conn=setup) == []
+    while call(a)[0] or call(b)[0]:
+        pass
+    assert sorted(delivered) == sorted(set(delivered)) and len(delivered) == total
     assert rows("SELECT * FROM lonnymq_check_v2(0)", conn=setup) == []
