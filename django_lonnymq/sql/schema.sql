@@ -1527,32 +1527,37 @@ BEGIN
     v_keyed := p_on_duplicate IS NOT NULL AND p_dedup_keys IS NOT NULL
                AND EXISTS (SELECT 1 FROM pg_catalog.unnest(p_on_duplicate) AS o(mode) WHERE o.mode <> 'skip');
 
-    -- Missing channels in name order, then every channel's shared lock in id order ("an
-    -- enqueue into this channel is in flight"). The lookup is a join: "name = ANY (array)"
-    -- would, in the generic plan, test every channel of the queue against the whole batch.
-    -- Their keys first (lonnymq_channel_key): the key decides who creates a channel. The
-    -- setting tells the key's trigger that they are written (lonnymq_channel_key_v1).
-    PERFORM pg_catalog.set_config('lonnymq.channel_keys', 'written', true);
-    WITH created AS (
-        INSERT INTO lonnymq_channel_key (queue, name)
-        SELECT DISTINCT p_queue, u.name FROM pg_catalog.unnest(p_channels) AS u(name)
-         WHERE NOT EXISTS (SELECT 1 FROM lonnymq_channel_key k WHERE k.queue = p_queue AND k.name = u.name)
-         ORDER BY 2
-        ON CONFLICT (queue, name) DO NOTHING
-        RETURNING id, queue, name
-    )
-    INSERT INTO lonnymq_channel (id, queue, name) SELECT n.id, n.queue, n.name FROM created n ORDER BY n.name;
-    PERFORM pg_catalog.set_config('lonnymq.channel_keys', '', true);
-    SELECT pg_catalog.array_agg(c.id ORDER BY c.id) FILTER (WHERE c.id IS NOT NULL),
-           pg_catalog.array_agg(c.name ORDER BY c.id) FILTER (WHERE c.id IS NOT NULL),
-           pg_catalog.count(*) - pg_catalog.count(c.id)
-      INTO v_channel_ids, v_channel_names, v_missing
-      FROM (SELECT DISTINCT u.name FROM pg_catalog.unnest(p_channels) AS u(name)) u
-      LEFT JOIN lonnymq_channel_key c ON c.queue = p_queue AND c.name = u.name;
-    IF v_missing > 0 THEN
-        RAISE EXCEPTION 'a channel of queue % was created concurrently; retry the transaction', p_queue
-            USING ERRCODE = '40001';
-    END IF;
+    -- Every channel's id, from its key (one row version, however many a held snapshot keeps
+    -- of the channel's row); then the missing ones, in name order: their keys first (the key
+    -- decides who creates a channel), then their rows, which the setting tells the key's
+    -- trigger are keyed (lonnymq_channel_key_v1); then every channel's shared lock in id order
+    -- ("an enqueue into this channel is in flight"). The lookup is a join: "name = ANY
+    -- (array)" would, in the generic plan, test every channel of the queue against the whole
+    -- batch.
+    FOR i IN 1 .. 2 LOOP
+        SELECT pg_catalog.array_agg(c.id ORDER BY c.id) FILTER (WHERE c.id IS NOT NULL),
+               pg_catalog.array_agg(c.name ORDER BY c.id) FILTER (WHERE c.id IS NOT NULL),
+               pg_catalog.count(*) - pg_catalog.count(c.id)
+          INTO v_channel_ids, v_channel_names, v_missing
+          FROM (SELECT DISTINCT u.name FROM pg_catalog.unnest(p_channels) AS u(name)) u
+          LEFT JOIN lonnymq_channel_key c ON c.queue = p_queue AND c.name = u.name;
+        EXIT WHEN v_missing = 0;
+        IF i = 2 THEN
+            RAISE EXCEPTION 'a channel of queue % was created concurrently; retry the transaction', p_queue
+                USING ERRCODE = '40001';
+        END IF;
+        PERFORM pg_catalog.set_config('lonnymq.channel_keys', 'written', true);
+        WITH created AS (
+            INSERT INTO lonnymq_channel_key (queue, name)
+            SELECT DISTINCT p_queue, u.name FROM pg_catalog.unnest(p_channels) AS u(name)
+             WHERE NOT EXISTS (SELECT 1 FROM lonnymq_channel_key k WHERE k.queue = p_queue AND k.name = u.name)
+             ORDER BY 2
+            ON CONFLICT (queue, name) DO NOTHING
+            RETURNING id, queue, name
+        )
+        INSERT INTO lonnymq_channel (id, queue, name) SELECT n.id, n.queue, n.name FROM created n ORDER BY n.name;
+        PERFORM pg_catalog.set_config('lonnymq.channel_keys', '', true);
+    END LOOP;
     PERFORM lonnymq_lock_channels_v1(v_channel_ids);
     PERFORM lonnymq_hold_channels_v1(v_channel_ids);
     -- Costs above 1 only: a queue that never uses costs pays nothing for the check.

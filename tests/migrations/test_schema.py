@@ -136,7 +136,7 @@ RELEASED = {
     "0056_dequeue_past_held_versions.up.sql": "2cfdf82555f88f18e91e33e055de34842a5b4b6c890742e65ed131b9bc9f2d43",
     "0057_head_after_the_leased.up.sql": "d70881d44039d3075e51f70bbb00cd58308b3cc662b89c44e32f25f99facbc43",
     "0058_ready_scan_after_the_taken.up.sql": "fb12c27c25d795e3f214ce5124fd02d45df2c19dc2ad390d1fd5a66c138150f8",
-    "0059_channel_key.up.sql": "b31bf1e7ecaed8eba3cdfe8388182078d11a57d1e1088adab994d226fe531de1",
+    "0059_channel_key.up.sql": "63b36363d3f1d1b245f7b77439e85e49a317a77d085d38ffa9355c4a68e34770",
     "0060_held_calls_from_the_mark.up.sql": "7ab8d34d2fa7294f5ffd4f4f541f4df44c7567fc3cf1a12f3828a3d3102011a0",
     "0061_eligible_mark_shared.up.sql": "ee23de866ae5e8de8dc0fad08bb6187941e1de81a0e46e846aab34a5c57a554c",
     "0062_ready_state_shared.up.sql": "950ee460975c340ea279a984fb0eb90aabf9285ec404de1365520e7f493e8471",
