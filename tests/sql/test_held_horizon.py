@@ -434,11 +434,14 @@ def test_the_queue_s_sessions_share_the_scan_from_the_front(connect: Any) -> Non
     assert [(r["front_at"], r["mark"]) for r in shared] == [a.state()]
 
     # B's own mark is due: it takes A's (and its time) instead of scanning from the front.
+    # (A's time moved a minute away, so however slow the machine B's call runs before it.)
+    front_at = int(scalar("SELECT lonnymq_now_ms_v1()", conn=setup)) + 60_000
+    setup.execute("UPDATE lonnymq_eligible_mark SET front_at = %s WHERE queue = %s", [front_at, Q])
     b._set_state(f"0 {shared[0]['mark'] - 1}")
     got, read, now = b.call()
     assert len(got) == 100 and read < 5000, read
     state = b.state()
-    assert state is not None and state[0] == shared[0]["front_at"] > now
+    assert state is not None and state[0] == front_at and state[1] >= shared[0]["mark"]
 
     # The queue's mark is due too, and another session holds the queue's lock (it scans from
     # the front now): B starts at its own mark and writes nothing.
@@ -504,14 +507,16 @@ def test_the_queue_s_sessions_share_the_candidates_scan_from_the_front(connect: 
 
     while _ready_state(a) is None:
         assert call(a)[0] == 100, "the backlog ran out before the scans started after the taken"
-    until = int(_ready_state(a) or 0)
-    assert [r["until"] for r in rows(READY_SHARED, [Q], conn=setup)] == [until]
+    assert [r["until"] for r in rows(READY_SHARED, [Q], conn=setup)] == [int(_ready_state(a) or 0)]
 
-    # B is due for a scan from the front: it takes A's time instead.
+    # B is due for a scan from the front: it takes A's time instead. (A's time moved a minute
+    # away, so however slow the machine B's call runs before it.)
+    until = int(scalar("SELECT lonnymq_now_ms_v1()", conn=setup)) + 60_000
+    setup.execute("UPDATE lonnymq_ready_mark SET until = %s WHERE queue = %s", [until, Q])
     _set_ready_state(b, "0")
     got, read, now = call(b)
     assert got == 100 and read <= 100 + 10, read
-    assert int(_ready_state(b) or 0) == until > now
+    assert int(_ready_state(b) or 0) == until
 
     # The queue's time has passed too and another session holds the queue's lock: B starts
     # after the taken and writes nothing; once the lock is free, B scans from the front.
