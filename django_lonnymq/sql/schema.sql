@@ -422,8 +422,8 @@ CREATE TABLE lonnymq_queue_released (
 -- lonnymq_dequeue_v1, shared by the queue's sessions): the time of the next scan from the
 -- front and the mark the last one found. Written at most once per scan from the front that
 -- read many entries, by the session holding the queue's advisory lock
--- (lonnymq_mark_lock_ns_v1); deleted when such a scan reads few again. Empty while nothing
--- holds the horizon back.
+-- (lonnymq_mark_lock_ns_v1); deleted when such a scan reads few again. Read only by a session
+-- that has a mark, so never while nothing holds the horizon back.
 CREATE TABLE lonnymq_eligible_mark (
     queue     text   PRIMARY KEY,
     front_at  bigint NOT NULL,
